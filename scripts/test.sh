@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The one test command (make test; .ci/run calls it). It installs what the
+# tests need when missing (redis-server, Debian's python3-numpy, versitygw,
+# g++), checks formatting and vet, runs every Go test with the real servers
+# required, runs each fuzz target for a bounded time, then runs the demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+export PATH="$PATH:$(go env GOPATH)/bin"
+
+apt_updated=0
+apt_install() {
+	if [ "$apt_updated" = 0 ]; then apt-get update -qq; apt_updated=1; fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+log "dependencies"
+command -v redis-server >/dev/null || apt_install redis-server
+command -v g++ >/dev/null || apt_install g++
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
+VERSITYGW_VERSION=v1.8.0
+if ! command -v versitygw >/dev/null || ! versitygw --version 2>/dev/null | grep -q "${VERSITYGW_VERSION#v}"; then
+	echo "building versitygw ${VERSITYGW_VERSION} (a few minutes the first time)"
+	(cd /tmp && go install "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}")
+fi
+export RMSGRAD_REDIS_SERVER="$(command -v redis-server)"
+export RMSGRAD_VERSITYGW="$(command -v versitygw)"
+export RMSGRAD_PYTHON=/usr/bin/python3
+export RMSGRAD_REQUIRE_SERVERS=1
+redis-server --version; versitygw --version | head -1; g++ --version | head -1
+
+log "gofmt and go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
+go vet ./...
+GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ./compute/... ./storage/... ./jobs/... >/dev/null
+
+log "go test"
+go test -count=1 -timeout 60m ${RMSGRAD_TEST_FLAGS:-} ./... 2>&1 | tee /tmp/rmsgrad-test.log | grep -Ev '^(=== RUN|=== PAUSE|=== CONT)' || { echo "go test failed"; exit 1; }
+
+log "fuzz (bounded)"
+FUZZTIME=${FUZZTIME:-10s}
+for spec in $(scripts/fuzz-targets.sh); do
+	pkg=${spec%%:*}; target=${spec##*:}
+	echo "fuzz $target in $pkg for $FUZZTIME"
+	go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
+done
+
+if [ -f cmd/worker/main.go ] && [ "${SKIP_DEMO:-0}" != 1 ]; then
+	log "demo"
+	make demo
+fi
+log "all tests passed"
