@@ -1,0 +1,217 @@
+package jobs
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+)
+
+// TaskType is the asynq task type of an RMSNorm-backward job.
+const TaskType = "rmsnorm:backward"
+
+// DefaultQueue is the asynq queue jobs go to unless told otherwise.
+const DefaultQueue = "rmsnorm"
+
+// Version is the payload schema version this code reads and writes.
+const Version = 1
+
+// MaxPayloadBytes bounds a payload: it carries URIs, never tensor bytes, and
+// asynq's heartbeat rewrites payloads, so they must stay small.
+const MaxPayloadBytes = 16 << 10
+
+// Output names.
+const (
+	OutDX = "dx"
+	OutDW = "dw"
+	OutR  = "r"
+)
+
+// DefaultOutputs is what a job produces when it names no outputs.
+var DefaultOutputs = []string{OutDX, OutDW}
+
+// Job is the payload of one RMSNorm-backward task: where its three inputs
+// are, where its output goes, and eps.
+//
+// The output object is one safetensors file holding the requested outputs
+// under their names; dx has x's shape, dw is [D], r is [rows].
+type Job struct {
+	V       int      `json:"v"`
+	X       string   `json:"x"`
+	W       string   `json:"w"`
+	DY      string   `json:"dy"`
+	Out     string   `json:"out"`
+	Eps     float64  `json:"eps"`
+	Outputs []string `json:"outputs,omitempty"`
+	// Sig is the hex HMAC-SHA256 of the payload with Sig empty, present when
+	// the enqueue side holds a signing key.
+	Sig string `json:"sig,omitempty"`
+}
+
+// ErrInvalidJob is wrapped by every error about a job's payload or inputs
+// that a retry cannot fix.
+var ErrInvalidJob = errors.New("invalid job")
+
+// ErrBadSignature is wrapped when a signing key is configured and the job's
+// signature is missing or wrong.
+var ErrBadSignature = errors.New("bad job signature")
+
+// FieldError names the field of a job that is wrong and why.
+type FieldError struct {
+	Field string // "eps", "out", "outputs", "payload", ...
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("invalid job: %s: %s", e.Field, e.Msg) }
+
+// Is makes errors.Is(err, ErrInvalidJob) true.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalidJob }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Decode parses a payload strictly: one JSON object, no unknown fields, a
+// known version, then Validate.
+func Decode(payload []byte) (Job, error) {
+	var j Job
+	if len(payload) > MaxPayloadBytes {
+		return j, fieldErr("payload", "%d bytes, limit %d", len(payload), MaxPayloadBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return Job{}, fieldErr("payload", "malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Job{}, fieldErr("payload", "trailing data after the JSON object")
+	}
+	if err := j.Validate(); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// Validate checks what can be checked without reading any tensor.
+func (j *Job) Validate() error {
+	if j.V != Version {
+		return fieldErr("v", "version %d not supported (this worker reads v%d)", j.V, Version)
+	}
+	for _, f := range []struct{ name, v string }{{"x", j.X}, {"w", j.W}, {"dy", j.DY}, {"out", j.Out}} {
+		if f.v == "" {
+			return fieldErr(f.name, "missing tensor URI")
+		}
+	}
+	if math.IsNaN(j.Eps) || math.IsInf(j.Eps, 0) || j.Eps <= 0 {
+		return fieldErr("eps", "must be finite and > 0, got %v", j.Eps)
+	}
+	if float32(j.Eps) == 0 || math.IsInf(float64(float32(j.Eps)), 0) {
+		return fieldErr("eps", "%v is not representable as a positive finite float32", j.Eps)
+	}
+	seen := map[string]bool{}
+	for _, o := range j.Outputs {
+		switch o {
+		case OutDX, OutDW, OutR:
+		default:
+			return fieldErr("outputs", "unknown output %q (want any of dx, dw, r)", o)
+		}
+		if seen[o] {
+			return fieldErr("outputs", "output %q listed twice", o)
+		}
+		seen[o] = true
+	}
+	for _, in := range []struct{ name, v string }{{"x", j.X}, {"w", j.W}, {"dy", j.DY}} {
+		if sameObject(j.Out, in.v) {
+			return fieldErr("out", "%q is also input %s: the output would overwrite an input", j.Out, in.name)
+		}
+	}
+	return nil
+}
+
+// sameObject compares two tensor URIs without their #name fragment: an
+// output object replaces the whole object, whatever tensor names it holds.
+func sameObject(a, b string) bool {
+	return stripFragment(a) == stripFragment(b)
+}
+
+func stripFragment(u string) string {
+	for i := 0; i < len(u); i++ {
+		if u[i] == '#' {
+			return u[:i]
+		}
+	}
+	return u
+}
+
+// WantOutputs returns the outputs the job produces, in canonical order.
+func (j *Job) WantOutputs() []string {
+	if len(j.Outputs) == 0 {
+		return DefaultOutputs
+	}
+	out := make([]string, 0, 3)
+	for _, o := range []string{OutDX, OutDW, OutR} {
+		if slices.Contains(j.Outputs, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Payload encodes the job.
+func (j *Job) Payload() ([]byte, error) {
+	if j.V == 0 {
+		j.V = Version
+	}
+	return json.Marshal(j)
+}
+
+// Sign sets Sig to the HMAC-SHA256 of the payload with Sig empty.
+func (j *Job) Sign(key []byte) error {
+	j.Sig = ""
+	if j.V == 0 {
+		j.V = Version
+	}
+	mac, err := j.mac(key)
+	if err != nil {
+		return err
+	}
+	j.Sig = hex.EncodeToString(mac)
+	return nil
+}
+
+// Verify checks Sig against key in constant time.
+func (j *Job) Verify(key []byte) error {
+	if j.Sig == "" {
+		return fmt.Errorf("%w: job is unsigned and this worker requires signed jobs", ErrBadSignature)
+	}
+	got, err := hex.DecodeString(j.Sig)
+	if err != nil {
+		return fmt.Errorf("%w: sig is not hex", ErrBadSignature)
+	}
+	want, err := j.mac(key)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(got, want) {
+		return fmt.Errorf("%w: signature does not match the payload (tampered or signed with another key)", ErrBadSignature)
+	}
+	return nil
+}
+
+func (j *Job) mac(key []byte) ([]byte, error) {
+	c := *j
+	c.Sig = ""
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(b)
+	return m.Sum(nil), nil
+}
