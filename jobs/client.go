@@ -79,6 +79,9 @@ func (c *Client) Queue() string { return c.queue }
 // pipeline can retry an enqueue safely.
 func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (string, error) {
 	j.V = Version
+	if j.EnqueuedNS == 0 {
+		j.EnqueuedNS = time.Now().UnixNano()
+	}
 	if err := j.Validate(); err != nil {
 		return "", err
 	}

@@ -49,6 +49,9 @@ type Job struct {
 	Out     string   `json:"out"`
 	Eps     float64  `json:"eps"`
 	Outputs []string `json:"outputs,omitempty"`
+	// EnqueuedNS is the enqueue time (Unix nanoseconds), set by Client.Enqueue
+	// so the worker can report queue wait.
+	EnqueuedNS int64 `json:"enqueued_ns,omitempty"`
 	// Sig is the hex HMAC-SHA256 of the payload with Sig empty, present when
 	// the enqueue side holds a signing key.
 	Sig string `json:"sig,omitempty"`
