@@ -1,0 +1,130 @@
+package jobs
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const goodPayload = `{"v":1,"x":"s3://b/in.safetensors#x","w":"s3://b/in.safetensors#w","dy":"s3://b/in.safetensors#dy","out":"s3://b/out.safetensors","eps":1e-6}`
+
+func TestDecodeValid(t *testing.T) {
+	j, err := Decode([]byte(goodPayload))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if j.Eps != 1e-6 || j.X != "s3://b/in.safetensors#x" {
+		t.Fatalf("decoded %+v", j)
+	}
+	if got := j.WantOutputs(); strings.Join(got, ",") != "dx,dw" {
+		t.Fatalf("default outputs = %v", got)
+	}
+	j2, err := Decode([]byte(strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-5,"outputs":["r","dx"]`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j2.WantOutputs(); strings.Join(got, ",") != "dx,r" {
+		t.Fatalf("outputs canonical order = %v", got)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	cases := []struct {
+		name, payload, field string
+	}{
+		{"malformed JSON", `{"v":1,`, "payload"},
+		{"not an object", `[1,2]`, "payload"},
+		{"unknown field", strings.Replace(goodPayload, `"eps"`, `"evil":1,"eps"`, 1), "payload"},
+		{"trailing data", goodPayload + `{}`, "payload"},
+		{"version 2", strings.Replace(goodPayload, `"v":1`, `"v":2`, 1), "v"},
+		{"missing version", strings.Replace(goodPayload, `"v":1,`, ``, 1), "v"},
+		{"eps zero", strings.Replace(goodPayload, `1e-6`, `0`, 1), "eps"},
+		{"eps negative", strings.Replace(goodPayload, `1e-6`, `-1e-6`, 1), "eps"},
+		{"eps NaN literal", strings.Replace(goodPayload, `1e-6`, `NaN`, 1), "payload"},
+		{"eps underflows f32", strings.Replace(goodPayload, `1e-6`, `1e-300`, 1), "eps"},
+		{"eps overflows f32", strings.Replace(goodPayload, `1e-6`, `1e300`, 1), "eps"},
+		{"missing x", strings.Replace(goodPayload, `"x":"s3://b/in.safetensors#x",`, ``, 1), "x"},
+		{"missing out", strings.Replace(goodPayload, `"out":"s3://b/out.safetensors",`, ``, 1), "out"},
+		{"out equals input", strings.Replace(goodPayload, `s3://b/out.safetensors`, `s3://b/in.safetensors`, 1), "out"},
+		{"unknown output", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"outputs":["dz"]`, 1), "outputs"},
+		{"duplicate output", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"outputs":["dx","dx"]`, 1), "outputs"},
+		{"too large", `{"v":1,"x":"` + strings.Repeat("a", MaxPayloadBytes) + `"}`, "payload"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(c.payload))
+			if !errors.Is(err, ErrInvalidJob) {
+				t.Fatalf("Decode(%s) = %v, want ErrInvalidJob", c.name, err)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != c.field {
+				t.Fatalf("Decode(%s) error %v names field %q, want %q", c.name, err, fieldOf(fe), c.field)
+			}
+		})
+	}
+}
+
+func fieldOf(fe *FieldError) string {
+	if fe == nil {
+		return ""
+	}
+	return fe.Field
+}
+
+func TestSignVerify(t *testing.T) {
+	key := []byte("k3y")
+	j, err := Decode([]byte(goodPayload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Verify(key); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("unsigned job verified: %v", err)
+	}
+	if err := j.Sign(key); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := j.Payload()
+	j2, err := Decode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j2.Verify(key); err != nil {
+		t.Fatalf("signed job rejected after a round trip: %v", err)
+	}
+	if err := j2.Verify([]byte("other")); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("wrong key accepted: %v", err)
+	}
+	j2.Out = "s3://b/elsewhere.safetensors"
+	if err := j2.Verify(key); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("tampered job accepted: %v", err)
+	}
+}
+
+// FuzzDecode: Decode never panics, and whatever it accepts re-encodes to a
+// payload it accepts again with the same meaning.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(goodPayload))
+	f.Add([]byte(`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"outputs":["r"]}`))
+	f.Add([]byte(`{"v":1,"x":"a#1","w":"a#2","dy":"a#3","out":"a#4","eps":1}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		j, err := Decode(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidJob) {
+				t.Fatalf("error not ErrInvalidJob: %v", err)
+			}
+			return
+		}
+		p, err := j.Payload()
+		if err != nil {
+			t.Fatal(err)
+		}
+		j2, err := Decode(p)
+		if err != nil {
+			t.Fatalf("re-encoded payload rejected: %v", err)
+		}
+		if j2.X != j.X || j2.Eps != j.Eps || j2.Out != j.Out || strings.Join(j2.WantOutputs(), ",") != strings.Join(j.WantOutputs(), ",") {
+			t.Fatalf("round trip changed the job: %+v vs %+v", j, j2)
+		}
+	})
+}
