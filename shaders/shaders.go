@@ -1,0 +1,13 @@
+package shaders
+
+import _ "embed"
+
+// MetalSource is the MSL source of the three RMSNorm-backward kernels
+// (compute.KernelRMSInv, compute.KernelDX, compute.KernelDW).
+//
+//go:embed rms_norm_backward.metal
+var MetalSource string
+
+// MetalFile is the file name of MetalSource, for messages and for tools that
+// write the source out (the msl-cpu build).
+const MetalFile = "rms_norm_backward.metal"
