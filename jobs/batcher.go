@@ -1,0 +1,331 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+)
+
+// ErrBatcherClosed is returned by Submit after Close: the worker is shutting
+// down and the job should be retried elsewhere (transient).
+var ErrBatcherClosed = errors.New("batcher closed")
+
+// ErrDropped is wrapped (with the job's context error) when a job's context
+// ended while it waited for its batch: it was dropped before encoding.
+var ErrDropped = errors.New("dropped before encoding")
+
+// BatchConfig says when the batcher flushes: whichever of the three limits is
+// reached first.
+type BatchConfig struct {
+	MaxJobs  int           // jobs per command buffer (default 32)
+	MaxBytes int64         // buffer bytes per command buffer (default 256 MiB)
+	MaxWait  time.Duration // longest a job waits for batch-mates (default 2ms)
+}
+
+func (c *BatchConfig) setDefaults() {
+	if c.MaxJobs <= 0 {
+		c.MaxJobs = 32
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 256 << 20
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 2 * time.Millisecond
+	}
+}
+
+// Work is one job's buffers, allocated from the batcher's backend and filled
+// by the handler. R is always computed; DX and DW are nil when the job does
+// not ask for them.
+type Work struct {
+	X, W, DY compute.Buffer
+	R        compute.Buffer
+	DX, DW   compute.Buffer
+	Rows     int
+	Dim      int
+	Eps      float32
+}
+
+// Bytes is the size of the job's buffers, what it counts against MaxBytes.
+func (w *Work) Bytes() int64 {
+	var n int64
+	for _, b := range []compute.Buffer{w.X, w.W, w.DY, w.R, w.DX, w.DW} {
+		if b != nil {
+			n += int64(len(b.Bytes()))
+		}
+	}
+	return n
+}
+
+// BatchInfo tells a job which command buffer computed it.
+type BatchInfo struct {
+	ID       string        // unique per worker process
+	Jobs     int           // jobs encoded in that command buffer
+	Device   time.Duration // the command buffer's device time
+	Wait     time.Duration // from Submit to the start of encoding
+	Fallback bool          // the batch's command buffer failed; this job was re-run alone
+}
+
+type pending struct {
+	ctx    context.Context
+	w      *Work
+	queued time.Time
+	done   chan batchResult // buffered 1; answered exactly once
+}
+
+type batchResult struct {
+	info BatchInfo
+	err  error
+}
+
+// Batcher is the one owner of the device: it collects submitted jobs into
+// batches and records each batch into one compute.CommandBuffer (every job's
+// rms_inv, one barrier, every job's dx and dw, one commit). While a batch
+// computes, the next one fills; handlers upload their outputs in their own
+// goroutines once Submit returns, so earlier batches upload meanwhile.
+type Batcher struct {
+	be     compute.Backend
+	cfg    BatchConfig
+	m      *Metrics
+	log    *slog.Logger
+	prefix string
+	seq    atomic.Int64
+
+	in      chan *pending
+	ready   chan []*pending
+	stop    chan struct{}
+	stopped chan struct{} // closed when the collector no longer accepts jobs
+	devDone chan struct{} // closed when the device loop has answered every job
+	once    sync.Once
+}
+
+// NewBatcher starts a batcher on be. m and log may be nil.
+func NewBatcher(be compute.Backend, cfg BatchConfig, m *Metrics, log *slog.Logger) *Batcher {
+	cfg.setDefaults()
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	b := &Batcher{
+		be: be, cfg: cfg, m: m, log: log, prefix: hex.EncodeToString(rb[:]),
+		in: make(chan *pending), ready: make(chan []*pending),
+		stop: make(chan struct{}), stopped: make(chan struct{}), devDone: make(chan struct{}),
+	}
+	go b.collect()
+	go b.device()
+	return b
+}
+
+// Config returns the effective flush limits.
+func (b *Batcher) Config() BatchConfig { return b.cfg }
+
+// Submit queues w for the next batch and waits until it is computed. If ctx
+// ends before the batcher took the job, Submit returns at once; once taken,
+// it waits for the batcher's answer (a job dropped before encoding is
+// answered at the next flush), because until then the device may be using
+// w's buffers and the caller must not release them.
+func (b *Batcher) Submit(ctx context.Context, w *Work) (BatchInfo, error) {
+	p := &pending{ctx: ctx, w: w, queued: time.Now(), done: make(chan batchResult, 1)}
+	select {
+	case b.in <- p:
+	case <-ctx.Done():
+		return BatchInfo{}, fmt.Errorf("waiting for the batcher: %w", ctx.Err())
+	case <-b.stopped:
+		return BatchInfo{}, ErrBatcherClosed
+	}
+	r := <-p.done
+	return r.info, r.err
+}
+
+// Close stops taking jobs, computes every job already taken, and returns
+// when all of them have been answered. ctx bounds the wait.
+func (b *Batcher) Close(ctx context.Context) error {
+	b.once.Do(func() { close(b.stop) })
+	select {
+	case <-b.devDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("batcher drain: %w", ctx.Err())
+	}
+}
+
+// collect fills batches. It keeps at most one sealed batch waiting for the
+// device besides the one filling, so jobs keep joining the next batch while
+// the device computes.
+func (b *Batcher) collect() {
+	defer close(b.ready)
+	var (
+		cur    []*pending
+		bytes  int64
+		sealed [][]*pending
+		timer  = time.NewTimer(time.Hour)
+		timerC <-chan time.Time
+	)
+	timer.Stop()
+	seal := func() {
+		if len(cur) == 0 {
+			return
+		}
+		sealed = append(sealed, cur)
+		cur, bytes, timerC = nil, 0, nil
+		timer.Stop()
+	}
+	stopping := false
+	for {
+		if stopping && len(cur) == 0 && len(sealed) == 0 {
+			return
+		}
+		var send chan []*pending
+		var head []*pending
+		if len(sealed) > 0 {
+			send, head = b.ready, sealed[0]
+		}
+		in := b.in
+		if stopping || len(sealed) > 1 {
+			in = nil // backpressure: the device is behind by a whole batch
+		}
+		stop := b.stop
+		if stopping {
+			stop = nil
+		}
+		select {
+		case p := <-in:
+			cur = append(cur, p)
+			bytes += p.w.Bytes()
+			if len(cur) == 1 {
+				timer.Reset(b.cfg.MaxWait)
+				timerC = timer.C
+			}
+			if len(cur) >= b.cfg.MaxJobs || bytes >= b.cfg.MaxBytes {
+				seal()
+			}
+		case <-timerC:
+			timerC = nil
+			seal()
+		case send <- head:
+			sealed = sealed[1:]
+			// The device just took a batch: an idle device should not wait
+			// out MaxWait for a partial batch that is already its best.
+		case <-stop:
+			stopping = true
+			close(b.stopped)
+			seal()
+		}
+	}
+}
+
+func (b *Batcher) device() {
+	defer close(b.devDone)
+	for batch := range b.ready {
+		b.run(batch)
+	}
+}
+
+// run encodes and commits one batch. The commit uses a background context:
+// jobs whose context ends after encoding still finish, because their buffers
+// are in the device's hands and the result is cheap to keep.
+func (b *Batcher) run(batch []*pending) {
+	start := time.Now()
+	live := batch[:0:0]
+	for _, p := range batch {
+		if err := p.ctx.Err(); err != nil {
+			p.done <- batchResult{err: fmt.Errorf("%w: %w", ErrDropped, err)}
+			continue
+		}
+		live = append(live, p)
+	}
+	if len(live) == 0 {
+		return
+	}
+	id := fmt.Sprintf("%s-%d", b.prefix, b.seq.Add(1))
+	cb := compute.NewCommandBuffer(b.be)
+	ok := live[:0:0]
+	for _, p := range live {
+		if err := encodeRMSInv(cb, p.w); err != nil {
+			p.done <- batchResult{err: err}
+			continue
+		}
+		ok = append(ok, p)
+	}
+	cb.Barrier()
+	enc := ok[:0:0]
+	for _, p := range ok {
+		if err := encodeGrads(cb, p.w); err != nil {
+			// Its rms_inv is already recorded: harmless, it writes only
+			// this job's r, which nobody reads.
+			p.done <- batchResult{err: err}
+			continue
+		}
+		enc = append(enc, p)
+	}
+	if len(enc) == 0 {
+		return
+	}
+	t, err := cb.Commit(context.Background())
+	b.m.DeviceBusy.Add(t.Device.Seconds())
+	if err == nil {
+		b.m.BatchSize.Observe(float64(len(enc)))
+		for _, p := range enc {
+			p.done <- batchResult{info: BatchInfo{ID: id, Jobs: len(enc), Device: t.Device, Wait: start.Sub(p.queued)}}
+		}
+		return
+	}
+	if len(enc) == 1 {
+		enc[0].done <- batchResult{err: fmt.Errorf("batch %s: commit: %w", id, err)}
+		return
+	}
+	// One bad job (or a flaky device) must not fail its batch-mates: re-run
+	// each job in its own command buffer and answer each with its own fate.
+	b.m.Fallbacks.Inc()
+	b.log.Warn("batch command buffer failed; re-running its jobs one by one", "batch_id", id, "jobs", len(enc), "err", err)
+	for i, p := range enc {
+		sid := fmt.Sprintf("%s/%d", id, i)
+		one := compute.NewCommandBuffer(b.be)
+		e := encodeRMSInv(one, p.w)
+		if e == nil {
+			one.Barrier()
+			e = encodeGrads(one, p.w)
+		}
+		var t1 compute.Timing
+		if e == nil {
+			t1, e = one.Commit(context.Background())
+			b.m.DeviceBusy.Add(t1.Device.Seconds())
+		}
+		if e != nil {
+			p.done <- batchResult{err: fmt.Errorf("batch %s (alone, after the batch of %d failed): %w", sid, len(enc), e)}
+			continue
+		}
+		b.m.BatchSize.Observe(1)
+		p.done <- batchResult{info: BatchInfo{ID: sid, Jobs: 1, Device: t1.Device, Wait: start.Sub(p.queued), Fallback: true}}
+	}
+}
+
+func encodeRMSInv(cb *compute.CommandBuffer, w *Work) error {
+	return cb.RMSInv(w.X, w.R, compute.RMSInvParams(w.Eps, w.Dim), w.Rows, w.Dim)
+}
+
+func encodeGrads(cb *compute.CommandBuffer, w *Work) error {
+	if w.DX != nil {
+		if err := cb.DX(w.X, w.W, w.DY, w.R, w.DX, compute.DXParams(w.Dim), w.Rows, w.Dim); err != nil {
+			return err
+		}
+	}
+	if w.DW != nil {
+		if err := cb.DW(w.X, w.DY, w.R, w.DW, compute.DWParams(w.Dim, w.Rows), w.Rows, w.Dim); err != nil {
+			return err
+		}
+	}
+	return nil
+}

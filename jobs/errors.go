@@ -1,0 +1,77 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hibiken/asynq"
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/storage"
+)
+
+// ErrNonFinite is wrapped when an input contains NaN or Inf, or an output
+// came out non-finite. Both are permanent: the same inputs give the same
+// bytes again, and a silently non-finite gradient is worse than an error.
+var ErrNonFinite = errors.New("non-finite values")
+
+// ErrLimit is wrapped when a job's tensors break a configured limit.
+var ErrLimit = errors.New("over the job limit")
+
+// JobError is every error a handler returns: it names the job, the tensor
+// and its URI where one is involved. A permanent one also wraps
+// asynq.SkipRetry, so asynq archives the task at once with this message.
+type JobError struct {
+	JobID     string
+	Tensor    string // "x", "w", "dy", "out", "dx", ... or "" for the job as a whole
+	URI       string
+	Permanent bool
+	Err       error
+}
+
+func (e *JobError) Error() string {
+	s := "job " + e.JobID
+	if e.Tensor != "" {
+		s += ": tensor " + e.Tensor
+	}
+	if e.URI != "" {
+		s += " (" + e.URI + ")"
+	}
+	return s + ": " + e.Err.Error()
+}
+
+// Unwrap exposes the cause, and asynq.SkipRetry for a permanent error.
+func (e *JobError) Unwrap() []error {
+	if e.Permanent {
+		return []error{e.Err, asynq.SkipRetry}
+	}
+	return []error{e.Err}
+}
+
+// IsPermanent reports whether err is one retrying the job cannot fix: an
+// invalid payload or signature, a storage error storage.Permanent calls
+// permanent, a limit, a job that never fits the budget, a compute argument
+// error, or non-finite values.
+func IsPermanent(err error) bool {
+	var je *JobError
+	if errors.As(err, &je) {
+		return je.Permanent
+	}
+	for _, e := range []error{ErrInvalidJob, ErrBadSignature, ErrLimit, ErrNeverFits, ErrNonFinite, compute.ErrInvalidArgument, asynq.SkipRetry} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return storage.Permanent(err)
+}
+
+func jobErr(id, tensor, uri string, err error) *JobError {
+	return &JobError{JobID: id, Tensor: tensor, URI: uri, Permanent: IsPermanent(err), Err: err}
+}
+
+func limitErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrLimit, fmt.Sprintf(format, args...))
+}
+
+func shapeErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
+}

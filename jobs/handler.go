@@ -1,0 +1,367 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/storage"
+)
+
+// Limits bound one job. Zero fields take the defaults.
+type Limits struct {
+	// MaxElements bounds x's element count (rows*dim); default and ceiling
+	// compute.MaxElements.
+	MaxElements int64
+	// MaxBytes bounds the job's buffer bytes: x, w, dy, r and the requested
+	// outputs; default 1 GiB.
+	MaxBytes int64
+}
+
+func (l *Limits) setDefaults() {
+	if l.MaxElements <= 0 || l.MaxElements > compute.MaxElements {
+		l.MaxElements = compute.MaxElements
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = 1 << 30
+	}
+}
+
+// HandlerConfig wires a Handler. Backend, Batcher, Store and Budget are
+// required.
+type HandlerConfig struct {
+	Backend    compute.Backend
+	Batcher    *Batcher
+	Store      Store
+	Budget     *Budget
+	Limits     Limits
+	SigningKey []byte // when set, unsigned or mis-signed jobs are rejected
+	Worker     string // this worker's name, reported in results
+	Metrics    *Metrics
+	Logger     *slog.Logger
+}
+
+// Handler processes rmsnorm:backward tasks: decode, validate, check the
+// allow-list, read headers, reserve budget, fetch into backend buffers, hand
+// the job to the batcher, store the outputs and write the Result.
+//
+// NaN/Inf policy: an input holding NaN or Inf is rejected as permanent with
+// the tensor's name, the count of non-finite values and the first index; an
+// output that comes out non-finite (e.g. overflow) fails the job
+// permanently. A result is never silently non-finite.
+type Handler struct {
+	cfg HandlerConfig
+	m   *Metrics
+	log *slog.Logger
+}
+
+// NewHandler checks cfg and returns a Handler.
+func NewHandler(cfg HandlerConfig) (*Handler, error) {
+	if cfg.Backend == nil || cfg.Batcher == nil || cfg.Store == nil || cfg.Budget == nil {
+		return nil, errors.New("jobs.NewHandler: Backend, Batcher, Store and Budget are required")
+	}
+	cfg.Limits.setDefaults()
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Handler{cfg: cfg, m: cfg.Metrics, log: cfg.Logger}
+	prev := cfg.Budget.onChange
+	cfg.Budget.onChange = func(v int64) {
+		h.m.InFlight.Set(float64(v))
+		if prev != nil {
+			prev(v)
+		}
+	}
+	return h, nil
+}
+
+// Register routes TaskType to h on mux.
+func (h *Handler) Register(mux *asynq.ServeMux) { mux.Handle(TaskType, h) }
+
+// ProcessTask implements asynq.Handler.
+func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	id, _ := asynq.GetTaskID(ctx)
+	log := h.log.With("task_id", id)
+	res, err := h.process(ctx, id, t.Payload(), t.ResultWriter())
+	outcome := OutcomeOK
+	switch {
+	case err == nil:
+	case IsPermanent(err):
+		outcome = OutcomePermanent
+	case ctx.Err() != nil:
+		outcome = OutcomeCanceled
+	default:
+		outcome = OutcomeRetry
+	}
+	h.m.Jobs.WithLabelValues(outcome).Inc()
+	if err != nil {
+		log.Warn("job failed", "outcome", outcome, "err", err)
+		return err
+	}
+	log.Info("job done", "out", res.Out, "rows", res.Rows, "dim", res.Dim, "batch_id", res.BatchID,
+		"batch_jobs", res.BatchJobs, "total_ms", res.Timings.Total)
+	return nil
+}
+
+var inputNames = [3]string{"x", "w", "dy"}
+
+func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *asynq.ResultWriter) (*Result, error) {
+	start := time.Now()
+	j, err := Decode(payload)
+	if err != nil {
+		return nil, jobErr(id, "", "", err)
+	}
+	if h.cfg.SigningKey != nil {
+		if err := j.Verify(h.cfg.SigningKey); err != nil {
+			return nil, jobErr(id, "", "", err)
+		}
+	}
+	var tm Timings
+	if j.EnqueuedNS > 0 {
+		if w := start.Sub(time.Unix(0, j.EnqueuedNS)); w > 0 {
+			tm.QueueWait = ms(w)
+			h.m.Stage.WithLabelValues(StageQueueWait).Observe(w.Seconds())
+		}
+	}
+	uris := [3]string{j.X, j.W, j.DY}
+	for i, u := range uris {
+		if err := h.cfg.Store.Check(u, false); err != nil {
+			return nil, jobErr(id, inputNames[i], u, err)
+		}
+	}
+	if err := h.cfg.Store.Check(j.Out, true); err != nil {
+		return nil, jobErr(id, "out", j.Out, err)
+	}
+
+	// Headers first: shapes, dtypes and sizes are checked before data moves.
+	var infos [3]TensorInfo
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range uris {
+		g.Go(func() error {
+			ti, err := h.cfg.Store.Head(gctx, uris[i])
+			if err != nil {
+				return jobErr(id, inputNames[i], uris[i], err)
+			}
+			infos[i] = ti
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	rows, dim, err := h.checkShapes(id, infos)
+	if err != nil {
+		return nil, err
+	}
+	want := j.WantOutputs()
+	wantDX, wantDW, wantR := slices.Contains(want, OutDX), slices.Contains(want, OutDW), slices.Contains(want, OutR)
+	n := int64(rows) * int64(dim)
+	elems := 2*n + int64(dim) + int64(rows) // x, dy, w, r
+	if wantDX {
+		elems += n
+	}
+	if wantDW {
+		elems += int64(dim)
+	}
+	need := 4 * elems
+	if need > h.cfg.Limits.MaxBytes {
+		return nil, jobErr(id, "x", j.X, limitErr("job needs %d buffer bytes (x %v, outputs %v), limit (limits.max_job_bytes) is %d", need, infos[0].Shape, want, h.cfg.Limits.MaxBytes))
+	}
+	if err := h.cfg.Budget.Acquire(ctx, need); err != nil {
+		return nil, jobErr(id, "", "", err)
+	}
+	defer h.cfg.Budget.Release(need)
+
+	w := &Work{Rows: rows, Dim: dim, Eps: float32(j.Eps)}
+	var bufs []compute.Buffer
+	defer func() {
+		for _, b := range bufs {
+			b.Release()
+		}
+	}()
+	alloc := func(name string, shape ...int) (compute.Buffer, error) {
+		b, err := h.cfg.Backend.Alloc(compute.F32, shape...)
+		if err != nil {
+			return nil, jobErr(id, name, "", fmt.Errorf("alloc %v: %w", shape, err))
+		}
+		bufs = append(bufs, b)
+		return b, nil
+	}
+	if w.X, err = alloc("x", rows, dim); err != nil {
+		return nil, err
+	}
+	if w.W, err = alloc("w", dim); err != nil {
+		return nil, err
+	}
+	if w.DY, err = alloc("dy", rows, dim); err != nil {
+		return nil, err
+	}
+	if w.R, err = alloc("r", rows); err != nil {
+		return nil, err
+	}
+	if wantDX {
+		if w.DX, err = alloc("dx", rows, dim); err != nil {
+			return nil, err
+		}
+	}
+	if wantDW {
+		if w.DW, err = alloc("dw", dim); err != nil {
+			return nil, err
+		}
+	}
+
+	// Range-read each tensor straight into its buffer: no staging copy.
+	dsts := [3]compute.Buffer{w.X, w.W, w.DY}
+	g, gctx = errgroup.WithContext(ctx)
+	for i := range dsts {
+		g.Go(func() error {
+			dst := dsts[i].Bytes()
+			if int64(len(dst)) != infos[i].Size {
+				return jobErr(id, inputNames[i], uris[i], fmt.Errorf("header says %d data bytes, shape %v needs %d", infos[i].Size, infos[i].Shape, len(dst)))
+			}
+			if err := h.cfg.Store.Fetch(gctx, infos[i], dst); err != nil {
+				return jobErr(id, inputNames[i], uris[i], err)
+			}
+			if err := checkFinite(dsts[i].Float32s()); err != nil {
+				return jobErr(id, inputNames[i], uris[i], fmt.Errorf("input: %w", err))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	h.m.BytesIn.Add(float64(infos[0].Size + infos[1].Size + infos[2].Size))
+	fetched := time.Now()
+	tm.Fetch = ms(fetched.Sub(start))
+	h.m.Stage.WithLabelValues(StageFetch).Observe(fetched.Sub(start).Seconds())
+
+	bi, err := h.cfg.Batcher.Submit(ctx, w)
+	if err != nil {
+		return nil, jobErr(id, "", "", err)
+	}
+	computed := time.Now()
+	tm.Batch = ms(bi.Wait)
+	tm.Compute = ms(bi.Device)
+	h.m.Stage.WithLabelValues(StageBatchWait).Observe(bi.Wait.Seconds())
+	h.m.Stage.WithLabelValues(StageCompute).Observe(bi.Device.Seconds())
+
+	var outs []OutTensor
+	add := func(name string, b compute.Buffer, shape []int) error {
+		if err := checkFinite(b.Float32s()); err != nil {
+			return jobErr(id, name, j.Out, fmt.Errorf("output (batch %s): %w", bi.ID, err))
+		}
+		outs = append(outs, OutTensor{Name: name, DType: string(compute.F32), Shape: shape, Data: b.Bytes()})
+		return nil
+	}
+	if wantDX {
+		if err := add(OutDX, w.DX, slices.Clone(infos[0].Shape)); err != nil {
+			return nil, err
+		}
+	}
+	if wantDW {
+		if err := add(OutDW, w.DW, []int{dim}); err != nil {
+			return nil, err
+		}
+	}
+	if wantR {
+		if err := add(OutR, w.R, []int{rows}); err != nil {
+			return nil, err
+		}
+	}
+	// The metadata depends only on the job, so a retried or duplicated job
+	// rewrites the identical object.
+	meta := map[string]string{"producer": "rmsgrad", "op": TaskType, "eps": strconv.FormatFloat(j.Eps, 'g', -1, 64)}
+	sums, nbytes, err := h.cfg.Store.Write(ctx, j.Out, outs, meta)
+	if err != nil {
+		return nil, jobErr(id, "out", j.Out, err)
+	}
+	h.m.BytesOut.Add(float64(nbytes))
+	stored := time.Now()
+	tm.Store = ms(stored.Sub(computed))
+	h.m.Stage.WithLabelValues(StageStore).Observe(stored.Sub(computed).Seconds())
+
+	res := &Result{
+		Out: j.Out, SHA256: sums, Rows: rows, Dim: dim,
+		Backend: h.cfg.Backend.Name(), Device: h.cfg.Backend.DeviceName(), Worker: h.cfg.Worker,
+		BatchID: bi.ID, BatchJobs: bi.Jobs,
+	}
+	tm.Total = ms(time.Since(start))
+	res.Timings = tm
+	h.m.Stage.WithLabelValues(StageTotal).Observe(time.Since(start).Seconds())
+	if rw != nil {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return nil, jobErr(id, "", "", fmt.Errorf("encode result: %w", err))
+		}
+		if _, err := rw.Write(b); err != nil {
+			// The output is stored; a retry rewrites the same bytes and
+			// tries the result again.
+			return nil, jobErr(id, "", "", fmt.Errorf("write result: %w", err))
+		}
+	}
+	return res, nil
+}
+
+// checkShapes enforces w = [D], dy = x's shape, F32 everywhere and the
+// element limit, and returns rows (the product of x's leading dims) and D.
+func (h *Handler) checkShapes(id string, in [3]TensorInfo) (rows, dim int, err error) {
+	for i, t := range in {
+		if t.DType != string(compute.F32) {
+			return 0, 0, jobErr(id, inputNames[i], t.URI, fmt.Errorf("%w: dtype %s, this worker computes F32 only", storage.ErrDType, t.DType))
+		}
+	}
+	x, w, dy := in[0], in[1], in[2]
+	if len(x.Shape) == 0 {
+		return 0, 0, jobErr(id, "x", x.URI, shapeErr("shape %v: want at least one dim [..., D]", x.Shape))
+	}
+	dim = x.Shape[len(x.Shape)-1]
+	n := compute.NumElements(x.Shape)
+	if dim <= 0 || n <= 0 {
+		return 0, 0, jobErr(id, "x", x.URI, shapeErr("shape %v: every dim must be > 0", x.Shape))
+	}
+	if int64(n) > h.cfg.Limits.MaxElements {
+		return 0, 0, jobErr(id, "x", x.URI, limitErr("shape %v has %d elements, limit (limits.max_elements) is %d", x.Shape, n, h.cfg.Limits.MaxElements))
+	}
+	if len(w.Shape) != 1 || w.Shape[0] != dim {
+		return 0, 0, jobErr(id, "w", w.URI, shapeErr("shape %v: want [%d] (x's last dim; x is %v)", w.Shape, dim, x.Shape))
+	}
+	if !slices.Equal(dy.Shape, x.Shape) {
+		return 0, 0, jobErr(id, "dy", dy.URI, shapeErr("shape %v: want x's shape %v", dy.Shape, x.Shape))
+	}
+	return n / dim, dim, nil
+}
+
+// checkFinite returns an ErrNonFinite error with the count and the first
+// index of NaN/Inf values in v, or nil.
+func checkFinite(v []float32) error {
+	first, count := -1, 0
+	for i, f := range v {
+		// Exponent all ones is Inf or NaN; cheaper than two math calls.
+		if math.Float32bits(f)&0x7f800000 == 0x7f800000 {
+			if first < 0 {
+				first = i
+			}
+			count++
+		}
+	}
+	if count == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d NaN/Inf of %d values, first at flat index %d (%v)", ErrNonFinite, count, len(v), first, v[first])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,74 @@
+package jobs
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes a job ends with, the values of the "outcome" label of
+// rmsgrad_jobs_total.
+const (
+	OutcomeOK        = "ok"
+	OutcomePermanent = "permanent" // archived: bad input, not allowed, too large, bad signature
+	OutcomeRetry     = "retry"     // transient: asynq retries it with backoff
+	OutcomeCanceled  = "canceled"  // the handler's context ended (shutdown, timeout)
+)
+
+// Stages timed by rmsgrad_stage_seconds (label "stage").
+const (
+	StageQueueWait = "queue_wait"
+	StageFetch     = "fetch"
+	StageBatchWait = "batch_wait"
+	StageCompute   = "compute"
+	StageStore     = "store"
+	StageTotal     = "total"
+)
+
+// Metrics are the worker's Prometheus collectors. The zero value is not
+// usable; NewMetrics registers them (with a nil Registerer they are live but
+// unregistered, which tests use).
+type Metrics struct {
+	Jobs       *prometheus.CounterVec
+	BatchSize  prometheus.Histogram
+	Stage      *prometheus.HistogramVec
+	BytesIn    prometheus.Counter
+	BytesOut   prometheus.Counter
+	InFlight   prometheus.Gauge
+	DeviceBusy prometheus.Counter
+	Fallbacks  prometheus.Counter
+}
+
+// NewMetrics creates the collectors and registers them with reg (if not nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rmsgrad_jobs_total", Help: "Jobs handled, by outcome (ok, permanent, retry, canceled).",
+		}, []string{"outcome"}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rmsgrad_batch_jobs", Help: "Jobs per committed command buffer.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
+		Stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rmsgrad_stage_seconds", Help: "Per-job latency of each stage.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"stage"}),
+		BytesIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rmsgrad_bytes_in_total", Help: "Tensor bytes fetched from storage.",
+		}),
+		BytesOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rmsgrad_bytes_out_total", Help: "Output object bytes written to storage.",
+		}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rmsgrad_bytes_in_flight", Help: "Bytes reserved in the memory budget.",
+		}),
+		DeviceBusy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rmsgrad_device_busy_seconds_total", Help: "Device time spent in committed command buffers.",
+		}),
+		Fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rmsgrad_batch_fallbacks_total", Help: "Batches whose command buffer failed and whose jobs were re-run one per command buffer.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks)
+	}
+	return m
+}
