@@ -1,0 +1,254 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/rmsgrad/rmsgrad/storage"
+)
+
+// putInputs stores random x [rows, dim] (or shape when given), w [dim], dy.
+func putInputs(s *memStore, prefix string, seed uint64, shape []int) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	dim := shape[len(shape)-1]
+	gen := func(k int) []float32 {
+		v := make([]float32, k)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	s.put(prefix+"/x", shape, gen(n))
+	s.put(prefix+"/w", []int{dim}, gen(dim))
+	s.put(prefix+"/dy", shape, gen(n))
+}
+
+func testJob(prefix string) Job {
+	return Job{V: 1, X: prefix + "/x", W: prefix + "/w", DY: prefix + "/dy", Out: prefix + "/out", Eps: 1e-6}
+}
+
+func payload(t *testing.T, j Job) []byte {
+	t.Helper()
+	b, err := j.Payload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type handlerEnv struct {
+	h     *Handler
+	store *memStore
+	be    *refBackend
+	b     *Batcher
+}
+
+func newHandlerEnv(t *testing.T, limits Limits, budget int64, key []byte) *handlerEnv {
+	t.Helper()
+	be := &refBackend{}
+	st := newMemStore("mem://ok/")
+	b := NewBatcher(be, BatchConfig{MaxJobs: 8, MaxWait: time.Millisecond}, nil, nil)
+	t.Cleanup(func() { b.Close(context.Background()) })
+	h, err := NewHandler(HandlerConfig{Backend: be, Batcher: b, Store: st, Budget: NewBudget(budget), Limits: limits, SigningKey: key, Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &handlerEnv{h: h, store: st, be: be, b: b}
+}
+
+func TestHandlerComputesAndStores(t *testing.T) {
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	putInputs(e.store, "mem://ok/a", 1, []int{2, 3, 48})
+	j := testJob("mem://ok/a")
+	j.Outputs = []string{"r", "dx", "dw"}
+	res, err := e.h.process(context.Background(), "id1", payload(t, j), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 6 || res.Dim != 48 || res.BatchJobs != 1 || res.BatchID == "" || len(res.SHA256) != 3 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, o := range e.store.outs[j.Out] {
+		want := map[string]string{"dx": "[2 3 48]", "dw": "[48]", "r": "[6]"}[o.Name]
+		if got := fmt.Sprint(o.Shape); got != want {
+			t.Fatalf("output %s shape %s, want %s", o.Name, got, want)
+		}
+	}
+	// The stored bytes are the oracle's.
+	w := &Work{Rows: 6, Dim: 48, Eps: 1e-6}
+	w.X, _ = e.be.Alloc("F32", 6, 48)
+	w.W, _ = e.be.Alloc("F32", 48)
+	w.DY, _ = e.be.Alloc("F32", 6, 48)
+	w.R, _ = e.be.Alloc("F32", 6)
+	w.DX, _ = e.be.Alloc("F32", 6, 48)
+	w.DW, _ = e.be.Alloc("F32", 48)
+	copy(w.X.Bytes(), e.store.tensors[j.X].data)
+	copy(w.W.Bytes(), e.store.tensors[j.W].data)
+	copy(w.DY.Bytes(), e.store.tensors[j.DY].data)
+	copy(w.DX.Float32s(), e.store.output(j.Out, "dx"))
+	copy(w.DW.Float32s(), e.store.output(j.Out, "dw"))
+	copy(w.R.Float32s(), e.store.output(j.Out, "r"))
+	checkOracle(t, w)
+	if e.h.cfg.Budget.InUse() != 0 {
+		t.Fatalf("budget not released: %d in use", e.h.cfg.Budget.InUse())
+	}
+}
+
+func TestHandlerPermanentErrors(t *testing.T) {
+	key := []byte("k")
+	cases := []struct {
+		name   string
+		setup  func(s *memStore, j *Job)
+		limits Limits
+		budget int64
+		sign   bool
+		want   []string // substrings of the message
+		is     error
+	}{
+		{name: "dy shape", setup: func(s *memStore, j *Job) { s.put(j.DY, []int{4, 31}, make([]float32, 124)) },
+			want: []string{"tensor dy", "mem://ok/j/dy", "want x's shape [4 32]"}, is: ErrInvalidJob},
+		{name: "w shape", setup: func(s *memStore, j *Job) { s.put(j.W, []int{31}, make([]float32, 31)) },
+			want: []string{"tensor w", "want [32]"}, is: ErrInvalidJob},
+		{name: "missing object", setup: func(s *memStore, j *Job) { j.X = "mem://ok/nope" },
+			want: []string{"tensor x", "mem://ok/nope", "not found"}, is: storage.ErrNotFound},
+		{name: "F16", setup: func(s *memStore, j *Job) {
+			t := s.tensors[j.W]
+			t.dtype = "F16"
+			s.tensors[j.W] = t
+		}, want: []string{"tensor w", "dtype F16"}, is: storage.ErrDType},
+		{name: "not allowed", setup: func(s *memStore, j *Job) { j.Out = "mem://other/out" },
+			want: []string{"tensor out", "mem://other/out", "not allowed"}, is: storage.ErrNotAllowed},
+		{name: "NaN input", setup: func(s *memStore, j *Job) {
+			v := make([]float32, 128)
+			v[5], v[9] = float32(math.NaN()), float32(math.Inf(1))
+			s.put(j.X, []int{4, 32}, v)
+		}, want: []string{"tensor x", "2 NaN/Inf of 128", "first at flat index 5"}, is: ErrNonFinite},
+		{name: "max elements", limits: Limits{MaxElements: 100},
+			want: []string{"tensor x", "128 elements", "limits.max_elements) is 100"}, is: ErrLimit},
+		{name: "max job bytes", limits: Limits{MaxBytes: 1000},
+			want: []string{"tensor x", "needs 1808 buffer bytes", "is 1000"}, is: ErrLimit},
+		{name: "never fits budget", budget: 1500,
+			want: []string{"needs 1808 bytes", "budget.bytes) is 1500"}, is: ErrNeverFits},
+		{name: "unsigned", sign: true, want: []string{"unsigned"}, is: ErrBadSignature},
+		{name: "out is input", setup: func(s *memStore, j *Job) { j.Out = j.X }, want: []string{"overwrite an input"}, is: ErrInvalidJob},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			budget := c.budget
+			if budget == 0 {
+				budget = 1 << 30
+			}
+			var k []byte
+			if c.sign {
+				k = key
+			}
+			e := newHandlerEnv(t, c.limits, budget, k)
+			putInputs(e.store, "mem://ok/j", 1, []int{4, 32})
+			j := testJob("mem://ok/j")
+			if c.setup != nil {
+				c.setup(e.store, &j)
+			}
+			err := e.h.ProcessTask(context.Background(), asynq.NewTask(TaskType, payload(t, j)))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, asynq.SkipRetry) {
+				t.Fatalf("%v: not permanent (no asynq.SkipRetry)", err)
+			}
+			if !errors.Is(err, c.is) {
+				t.Fatalf("%v: does not match %v", err, c.is)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("message %q lacks %q", err, w)
+				}
+			}
+			if len(e.be.batchSizes()) != 0 {
+				t.Fatal("a rejected job reached the device")
+			}
+			if e.h.cfg.Budget.InUse() != 0 {
+				t.Fatal("budget not released")
+			}
+		})
+	}
+}
+
+func TestHandlerSignedJob(t *testing.T) {
+	key := []byte("secret")
+	e := newHandlerEnv(t, Limits{}, 1<<30, key)
+	putInputs(e.store, "mem://ok/s", 1, []int{2, 8})
+	j := testJob("mem://ok/s")
+	if err := j.Sign(key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.h.process(context.Background(), "s", payload(t, j), nil); err != nil {
+		t.Fatalf("signed job: %v", err)
+	}
+	j.Eps = 1e-5 // tampered after signing
+	_, err := e.h.process(context.Background(), "s", payload(t, j), nil)
+	if !errors.Is(err, ErrBadSignature) || !errors.Is(err, asynq.SkipRetry) {
+		t.Fatalf("tampered job: %v", err)
+	}
+}
+
+func TestHandlerTransientStorageErrorRetries(t *testing.T) {
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	putInputs(e.store, "mem://ok/t", 1, []int{2, 8})
+	e.store.headErr = func(uri string) error {
+		if strings.HasSuffix(uri, "/dy") {
+			return fmt.Errorf("head %s: connection reset", uri)
+		}
+		return nil
+	}
+	err := e.h.ProcessTask(context.Background(), asynq.NewTask(TaskType, payload(t, testJob("mem://ok/t"))))
+	if err == nil || errors.Is(err, asynq.SkipRetry) {
+		t.Fatalf("transient storage error = %v, want a retryable error", err)
+	}
+	if !strings.Contains(err.Error(), "tensor dy") {
+		t.Fatalf("message %q does not name the tensor", err)
+	}
+}
+
+func TestHandlerNonFiniteOutputIsPermanent(t *testing.T) {
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	// Finite inputs whose dw overflows float32: 2 rows of 3e38*1.
+	big := []float32{3e38, 3e38}
+	e.store.put("mem://ok/o/x", []int{2, 1}, []float32{1, 1})
+	e.store.put("mem://ok/o/w", []int{1}, []float32{1})
+	e.store.put("mem://ok/o/dy", []int{2, 1}, big)
+	_, err := e.h.process(context.Background(), "o", payload(t, testJob("mem://ok/o")), nil)
+	if !errors.Is(err, ErrNonFinite) || !errors.Is(err, asynq.SkipRetry) || !strings.Contains(err.Error(), "tensor dw") {
+		t.Fatalf("overflowing output: %v, want a permanent non-finite error naming dw", err)
+	}
+	if _, ok := e.store.outs["mem://ok/o/out"]; ok {
+		t.Fatal("a non-finite output was stored")
+	}
+}
+
+func TestResultJSON(t *testing.T) {
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	putInputs(e.store, "mem://ok/r", 2, []int{3, 16})
+	res, err := e.h.process(context.Background(), "r", payload(t, testJob("mem://ok/r")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res)
+	for _, k := range []string{`"out"`, `"sha256"`, `"rows":3`, `"dim":16`, `"backend":"ref"`, `"worker":"test"`, `"batch_id"`, `"batch_jobs":1`, `"timings_ms"`} {
+		if !strings.Contains(string(b), k) {
+			t.Fatalf("result %s lacks %s", b, k)
+		}
+	}
+}
