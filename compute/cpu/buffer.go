@@ -1,0 +1,110 @@
+package cpu
+
+import (
+	"math/bits"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+)
+
+// buffer is host memory owned by a Backend's pool.
+type buffer struct {
+	be       *Backend
+	dtype    compute.DType
+	shape    []int
+	n        int
+	words    []float32 // backing store, len = size class, 4-byte aligned
+	bytes    []byte
+	released bool
+}
+
+func (b *buffer) DType() compute.DType { return b.dtype }
+func (b *buffer) Shape() []int         { return slices.Clone(b.shape) }
+func (b *buffer) Len() int             { return b.n }
+func (b *buffer) Bytes() []byte        { return b.bytes }
+
+func (b *buffer) Float32s() []float32 {
+	if b.dtype != compute.F32 {
+		return nil
+	}
+	return b.words[:b.n:b.n]
+}
+
+// Release returns the backing store to the pool; a second Release is a
+// no-op rather than a double free into the pool.
+func (b *buffer) Release() {
+	if b.released {
+		return
+	}
+	b.released = true
+	b.be.pool.put(b.words)
+	b.words, b.bytes = nil, nil
+}
+
+// sizeClass rounds n words up so that at most 1/8 is wasted: eight classes
+// per power of two keep the pool's hit rate high for jobs of similar shapes.
+func sizeClass(n int) int {
+	if n <= 64 {
+		return 64
+	}
+	step := 1 << (bits.Len(uint(n-1)) - 3)
+	return (n + step - 1) &^ (step - 1)
+}
+
+// pool keeps released backing stores by size class.
+type pool struct {
+	mu   sync.Mutex
+	free map[int][][]float32
+	// retained is the total words held; beyond maxRetained, released
+	// stores go to the garbage collector instead.
+	retained int
+}
+
+// maxRetained bounds pooled memory (4 GiB of f32).
+const maxRetained = 1 << 30
+
+func (p *pool) get(words int) []float32 {
+	c := sizeClass(words)
+	p.mu.Lock()
+	if l := p.free[c]; len(l) > 0 {
+		w := l[len(l)-1]
+		l[len(l)-1] = nil
+		p.free[c] = l[:len(l)-1]
+		p.retained -= c
+		p.mu.Unlock()
+		return w
+	}
+	p.mu.Unlock()
+	return make([]float32, c)
+}
+
+func (p *pool) put(w []float32) {
+	if w == nil {
+		return
+	}
+	c := len(w)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.retained+c > maxRetained {
+		return
+	}
+	if p.free == nil {
+		p.free = make(map[int][][]float32)
+	}
+	p.free[c] = append(p.free[c], w)
+	p.retained += c
+}
+
+func newBuffer(be *Backend, dtype compute.DType, shape []int, n int) *buffer {
+	words := (n*dtype.Size() + 3) / 4
+	w := be.pool.get(words)
+	b := &buffer{be: be, dtype: dtype, shape: slices.Clone(shape), n: n, words: w}
+	if len(w) > 0 {
+		b.bytes = unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n*dtype.Size())
+	} else {
+		b.bytes = []byte{}
+	}
+	return b
+}
