@@ -27,6 +27,7 @@ func Scalar() Option { return func(b *Backend) { b.pr = goPrims } }
 type Backend struct {
 	threads int
 	pr      *prims
+	noFuse  bool // tests: run every op on its own, to compare bits
 	pool    pool
 }
 

@@ -31,7 +31,13 @@ type unit struct {
 	eps       float32
 	rb, nblk  int
 	part      []float32 // nblk*dim dw partials when nblk > 1
+	nt        bool      // stream dx past the caches (see ntBytes)
 }
+
+// ntBytes is the dx size from which stores bypass the cache: beyond a
+// few MiB dx cannot stay cached for its reader anyway, and a plain store
+// would first read each line (read-for-ownership), a third more traffic.
+const ntBytes = 4 << 20
 
 type plan struct {
 	be     *Backend
@@ -113,7 +119,7 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 				continue
 			}
 			u := mk(o)
-			if o.Kind == compute.OpRMSInv && k+1 < len(phases) {
+			if o.Kind == compute.OpRMSInv && k+1 < len(phases) && !b.noFuse {
 				if dxi, dwi, ok := fusable(o, phases[k+1]); ok {
 					// The fused unit runs in phase k+1, where r is first read.
 					if dxi >= 0 {
@@ -140,6 +146,7 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 		for _, u := range ph {
 			u.rb = rowBlock(u.dim)
 			u.nblk = (u.rows + u.rb - 1) / u.rb
+			u.nt = u.dx != nil && 4*len(u.dx) >= ntBytes
 			if u.dw != nil && u.nblk > 1 {
 				n := u.nblk * u.dim
 				w := b.pool.get(n)
@@ -308,9 +315,9 @@ func (t *task) do(pr *prims) {
 		}
 		switch {
 		case u.dx != nil && u.dw != nil:
-			pr.dxdw(x, dy, u.w, u.dx[b*d:(b+1)*d], part, r, c)
+			pr.dxdw(x, dy, u.w, u.dx[b*d:(b+1)*d], part, r, c, u.nt)
 		case u.dx != nil:
-			pr.dx(x, dy, u.w, u.dx[b*d:(b+1)*d], r, c)
+			pr.dx(x, dy, u.w, u.dx[b*d:(b+1)*d], r, c, u.nt)
 		case u.dw != nil:
 			pr.dw(x, dy, part, r)
 		}

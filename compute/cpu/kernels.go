@@ -18,9 +18,11 @@ type prims struct {
 	// the lengths are equal multiples of 32.
 	dot func(x, dy, w []float32, ss, s *[lanes]float32)
 	// dx writes dx[i] = (dy[i]*w[i] - x[i]*c) * r.
-	dx func(x, dy, w, dx []float32, r, c float32)
+	// nt asks for non-temporal stores (large outputs: skips the
+	// read-for-ownership a plain store pays); the values are the same.
+	dx func(x, dy, w, dx []float32, r, c float32, nt bool)
 	// dxdw does dx and p[i] += (dy[i]*x[i]) * r in one pass.
-	dxdw func(x, dy, w, dx, p []float32, r, c float32)
+	dxdw func(x, dy, w, dx, p []float32, r, c float32, nt bool)
 	// dw does p[i] += (dy[i]*x[i]) * r.
 	dw func(x, dy, p []float32, r float32)
 	// name names the vector unit, for DeviceName.
@@ -53,7 +55,7 @@ func dotLanesGo(x, dy, w []float32, ss, s *[lanes]float32) {
 	}
 }
 
-func dxRowGo(x, dy, w, dx []float32, r, c float32) {
+func dxRowGo(x, dy, w, dx []float32, r, c float32, _ bool) {
 	n := len(dx)
 	x, dy, w = x[:n], dy[:n], w[:n]
 	for i := range dx {
@@ -63,7 +65,7 @@ func dxRowGo(x, dy, w, dx []float32, r, c float32) {
 	}
 }
 
-func dxdwRowGo(x, dy, w, dx, p []float32, r, c float32) {
+func dxdwRowGo(x, dy, w, dx, p []float32, r, c float32, _ bool) {
 	n := len(dx)
 	x, dy, w, p = x[:n], dy[:n], w[:n], p[:n]
 	for i := range dx {
