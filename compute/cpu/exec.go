@@ -112,6 +112,24 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 		}
 		return u
 	}
+	// users[k] maps a buffer to the ops of phase k that touch it, so
+	// fusion is found in linear time for large batches.
+	users := make([]map[compute.Buffer][]int, len(phases))
+	for k, ph := range phases {
+		m := make(map[compute.Buffer][]int, 6*len(ph))
+		for i := range ph {
+			o := &ph[i]
+			for _, buf := range [...]compute.Buffer{o.X, o.W, o.DY, o.R, o.DX, o.DW} {
+				if buf == nil {
+					continue
+				}
+				if l := m[buf]; len(l) == 0 || l[len(l)-1] != i {
+					m[buf] = append(l, i)
+				}
+			}
+		}
+		users[k] = m
+	}
 	for k, ph := range phases {
 		for i := range ph {
 			o := &ph[i]
@@ -120,7 +138,7 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 			}
 			u := mk(o)
 			if o.Kind == compute.OpRMSInv && k+1 < len(phases) && !b.noFuse {
-				if dxi, dwi, ok := fusable(o, phases[k+1]); ok {
+				if dxi, dwi, ok := fusable(o, phases[k+1], users[k+1][o.R]); ok {
 					// The fused unit runs in phase k+1, where r is first read.
 					if dxi >= 0 {
 						d := mk(&phases[k+1][dxi])
@@ -158,18 +176,15 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 	return p, nil
 }
 
-// fusable finds the DX and DW in next that read inv's r from inv's x. It
-// fuses only when those are the sole users of r in next, there is at most
-// one of each, and they agree on dy: then computing r inside their row loop
-// changes nothing anyone can observe.
-func fusable(inv *compute.Op, next []compute.Op) (dxi, dwi int, ok bool) {
+// fusable finds the DX and DW in next that read inv's r from inv's x;
+// users lists the ops of next that touch inv.R. It fuses only when those
+// are the sole users of r in next, there is at most one of each, and they
+// agree on dy: then computing r inside their row loop changes nothing
+// anyone can observe.
+func fusable(inv *compute.Op, next []compute.Op, users []int) (dxi, dwi int, ok bool) {
 	dxi, dwi = -1, -1
-	for i := range next {
+	for _, i := range users {
 		o := &next[i]
-		uses := o.R == inv.R || o.X == inv.R || o.W == inv.R || o.DY == inv.R || o.DX == inv.R || o.DW == inv.R
-		if !uses {
-			continue
-		}
 		switch {
 		case o.Kind == compute.OpDX && o.R == inv.R && o.X == inv.X && dxi < 0 && o.DX != inv.R && o.W != inv.R && o.DY != inv.R:
 			dxi = i

@@ -155,7 +155,13 @@ func TestFusable(t *testing.T) {
 		{"dy disagrees", []compute.Op{opDX, {Kind: compute.OpDW, X: x, DY: dy2, R: r, DW: dw}}, false, -1, -1},
 		{"no reader", []compute.Op{{Kind: compute.OpRMSInv, X: dy2, R: buf(2)}}, false, -1, -1},
 	} {
-		dxi, dwi, ok := fusable(&inv, c.next)
+		var users []int
+		for i, o := range c.next {
+			if o.X == r || o.W == r || o.DY == r || o.R == r || o.DX == r || o.DW == r {
+				users = append(users, i)
+			}
+		}
+		dxi, dwi, ok := fusable(&inv, c.next, users)
 		if ok != c.ok || (ok && (dxi != c.dxi || dwi != c.dwi)) {
 			t.Errorf("%s: fusable = %d, %d, %v; want %d, %d, %v", c.name, dxi, dwi, ok, c.dxi, c.dwi, c.ok)
 		}
