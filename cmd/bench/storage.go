@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"golang.org/x/sync/errgroup"
+)
+
+// shape is one job class: x and dy are [Rows, Dim] f32.
+type shape struct {
+	Name      string
+	Rows, Dim int
+	Jobs      int // how many jobs (or objects) to run for this class
+}
+
+// XBytes is the size of x (and of dy and dx) in bytes.
+func (s shape) XBytes() int { return s.Rows * s.Dim * 4 }
+
+// TensorBytes is what one job moves: x, w, dy in and dx, dw out.
+func (s shape) TensorBytes() int { return 3*s.XBytes() + 2*s.Dim*4 }
+
+// storageResult is the minio-go ceiling for one object size.
+type storageResult struct {
+	Shape       shape
+	Objects     int
+	Concurrency int
+	PutPerS     float64
+	GetPerS     float64
+	PutGBs      float64
+	GetGBs      float64
+}
+
+// JobsPerS is the jobs/s that storage alone allows for this shape: a job
+// GETs x and dy (w is small and left out, which flatters the ceiling) and
+// PUTs one output of x's size.
+func (r storageResult) JobsPerS() float64 {
+	if r.GetPerS == 0 || r.PutPerS == 0 {
+		return 0
+	}
+	return 1 / (2/r.GetPerS + 1/r.PutPerS)
+}
+
+func newMinio(e *env) (*minio.Client, error) {
+	c, err := minio.New(e.s3.addr, &minio.Options{
+		Creds:  credentials.NewStaticV4(e.accessKey, e.secretKey, ""),
+		Secure: false,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("minio client for %s: %w", e.s3.addr, err)
+	}
+	return c, nil
+}
+
+// benchStorage PUTs n objects of x's size with concurrency workers, then
+// GETs them back into per-worker buffers (as the worker reads into pooled
+// buffers), and reports both rates.
+func benchStorage(ctx context.Context, mc *minio.Client, s shape, n, concurrency int) (storageResult, error) {
+	res := storageResult{Shape: s, Objects: n, Concurrency: concurrency}
+	size := s.XBytes()
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i * 131)
+	}
+	key := func(i int) string { return fmt.Sprintf("ceiling/%s/%06d", s.Name, i) }
+	workers := min(concurrency, n)
+
+	run := func(op func(ctx context.Context, i int, buf []byte) error) (time.Duration, error) {
+		var next atomic.Int64
+		g, gctx := errgroup.WithContext(ctx)
+		t0 := time.Now()
+		for w := 0; w < workers; w++ {
+			g.Go(func() error {
+				var buf []byte
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= n {
+						return nil
+					}
+					if buf == nil {
+						buf = make([]byte, size)
+					}
+					if err := op(gctx, i, buf); err != nil {
+						return err
+					}
+				}
+			})
+		}
+		err := g.Wait()
+		return time.Since(t0), err
+	}
+
+	put, err := run(func(ctx context.Context, i int, _ []byte) error {
+		_, err := mc.PutObject(ctx, benchBucket, key(i), bytes.NewReader(data), int64(size),
+			minio.PutObjectOptions{ContentType: "application/octet-stream"})
+		if err != nil {
+			return fmt.Errorf("storage ceiling: put %s/%s (%d bytes): %w", benchBucket, key(i), size, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	get, err := run(func(ctx context.Context, i int, buf []byte) error {
+		obj, err := mc.GetObject(ctx, benchBucket, key(i), minio.GetObjectOptions{})
+		if err != nil {
+			return fmt.Errorf("storage ceiling: get %s/%s: %w", benchBucket, key(i), err)
+		}
+		defer obj.Close()
+		if _, err := io.ReadFull(obj, buf); err != nil {
+			return fmt.Errorf("storage ceiling: read %s/%s: %w", benchBucket, key(i), err)
+		}
+		if buf[size-1] != data[size-1] {
+			return fmt.Errorf("storage ceiling: %s/%s read back wrong bytes", benchBucket, key(i))
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.PutPerS = float64(n) / put.Seconds()
+	res.GetPerS = float64(n) / get.Seconds()
+	res.PutGBs = res.PutPerS * float64(size) / 1e9
+	res.GetGBs = res.GetPerS * float64(size) / 1e9
+	slog.Info("storage ceiling", "shape", s.Name, "bytes", size, "objects", n, "concurrency", concurrency,
+		"put_per_s", res.PutPerS, "get_per_s", res.GetPerS, "put_gbs", res.PutGBs, "get_gbs", res.GetGBs)
+	// Free the gateway's disk for the next measurement.
+	for i := 0; i < n; i++ {
+		_ = mc.RemoveObject(ctx, benchBucket, key(i), minio.RemoveObjectOptions{})
+	}
+	return res, nil
+}
