@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -105,7 +104,7 @@ func run(ctx context.Context, o options) error {
 
 	st := map[string]storageResult{}
 	if o.want("storage") || o.want("e2e") {
-		mc, err := newMinio(e)
+		mc, err := newMinio(e, o.concurrency)
 		if err != nil {
 			return err
 		}
@@ -154,11 +153,7 @@ func run(ctx context.Context, o options) error {
 	if o.want("e2e") {
 		rows, notes, err := benchE2E(ctx, e, o, shapes, q, st)
 		if err != nil {
-			if errors.Is(err, errNoWorker) {
-				rep.Notes = append(rep.Notes, err.Error())
-			} else {
-				return err
-			}
+			return err
 		}
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)

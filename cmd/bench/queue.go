@@ -111,7 +111,7 @@ func benchQueue(ctx context.Context, redisAddr string, tasks, concurrency int) (
 	case <-ctx.Done():
 		return res, fmt.Errorf("queue ceiling: %d of %d tasks done: %w", done.Load(), tasks, ctx.Err())
 	}
-	res.TasksPerS = float64(tasks-1) / end.Sub(start).Seconds()
+	res.TasksPerS = float64(tasks) / end.Sub(start).Seconds()
 	slog.Info("queue ceiling", "tasks", tasks, "payload_bytes", res.PayloadBytes,
 		"concurrency", concurrency, "tasks_per_s", res.TasksPerS, "enqueue_per_s", res.EnqueuePerS)
 	return res, nil
