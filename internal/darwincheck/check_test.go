@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const root = "../.."
+
+// The Metal backend and its tests type-check for darwin/arm64 with cgo,
+// against darwinkit's darwin files (not the !darwin stub).
+func TestMetalTypeChecks(t *testing.T) {
+	rep, err := Check(context.Background(), Options{Dir: root, Patterns: []string{"./metal/..."}, Tests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rep.Errors {
+		t.Errorf("%s", e)
+	}
+	for _, want := range []string{"github.com/rmsgrad/rmsgrad/metal", "github.com/progrium/darwinkit/macos/metal", "github.com/progrium/darwinkit/objc"} {
+		if !slices.Contains(rep.Checked, want) {
+			t.Errorf("%s was not checked (checked: %d packages)", want, len(rep.Checked))
+		}
+	}
+	if !slices.Contains(rep.Targets, "github.com/rmsgrad/rmsgrad/metal") {
+		t.Errorf("targets %v do not include the metal package", rep.Targets)
+	}
+}
+
+// A planted error in a temp copy of a metal file (through a go build
+// overlay) is reported at its position, in a plain Go file and in the cgo
+// file alike.
+func TestPlantedErrorIsCaught(t *testing.T) {
+	cases := []struct{ file, old, new string }{
+		{"execute_darwin.go", "cb.WaitUntilCompleted()", "cb.WaitUntilComplete()"},
+		{"device_darwin.go", "objc.ObjectFrom(p)", "objc.ObjectFor(p)"},
+		{"backend_darwin.go", "opts.SetFastMathEnabled(false)", "opts.SetFastMathEnabled(0)"},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			path, err := filepath.Abs(filepath.Join(root, "metal", c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(src), c.old); n != 1 {
+				t.Fatalf("%s: %q occurs %d times, want 1 (update this test with the file)", c.file, c.old, n)
+			}
+			dir := t.TempDir()
+			planted := filepath.Join(dir, c.file)
+			if err := os.WriteFile(planted, []byte(strings.Replace(string(src), c.old, c.new, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ov, _ := json.Marshal(map[string]map[string]string{"Replace": {path: planted}})
+			overlay := filepath.Join(dir, "overlay.json")
+			if err := os.WriteFile(overlay, ov, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := Check(context.Background(), Options{Dir: root, Patterns: []string{"./metal"}, Overlay: overlay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0].Pos, c.file) {
+				t.Fatalf("errors %v, want exactly one in %s", rep.Errors, c.file)
+			}
+			t.Logf("caught: %s", rep.Errors[0])
+		})
+	}
+}
+
+// A pattern that matches nothing is an error, not a silent pass.
+func TestNoPatternMatch(t *testing.T) {
+	for _, pat := range []string{"./no/such/dir/...", "./shaders/mslcpu/cxx/..."} {
+		rep, err := Check(context.Background(), Options{Dir: root, Patterns: []string{pat}})
+		if err == nil && len(rep.Errors) == 0 {
+			t.Errorf("%s: no error for a pattern matching no package", pat)
+		}
+	}
+}
