@@ -13,9 +13,9 @@ import (
 
 // Options tunes Run for a backend.
 type Options struct {
-	// SkipLarge skips the cases over LargeElements elements (dim 4097 to
-	// 8192 at 1000 rows, the 50-job batch's largest members shrink). Set it
-	// only for slow test backends such as msl-cpu; real backends run all.
+	// SkipLarge skips the shapes over LargeElements elements (1000x4097,
+	// 1000x8192) and shrinks the batching and determinism jobs. Set it only
+	// for slow test backends such as msl-cpu; real backends run everything.
 	SkipLarge bool
 }
 
