@@ -13,6 +13,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/cpu"
 	"github.com/rmsgrad/rmsgrad/internal/testenv"
 )
 
@@ -22,7 +24,7 @@ type e2eWorker struct {
 	b   *Batcher
 }
 
-func startWorker(t *testing.T, redis asynq.RedisConnOpt, be *refBackend, st Store) *e2eWorker {
+func startWorker(t *testing.T, redis asynq.RedisConnOpt, be compute.Backend, st Store) *e2eWorker {
 	t.Helper()
 	b := NewBatcher(be, BatchConfig{MaxJobs: 16, MaxWait: 3 * time.Millisecond}, nil, nil)
 	h, err := NewHandler(HandlerConfig{Backend: be, Batcher: b, Store: st, Budget: NewBudget(256 << 20), Worker: "e2e"})
@@ -63,7 +65,8 @@ func TestEndToEnd(t *testing.T) {
 	rs := testenv.Redis(t)
 	redis := asynq.RedisClientOpt{Addr: rs.Addr}
 	st := newMemStore("mem://ok/")
-	be := &refBackend{}
+	// The real CPU backend (compute/cpu): the worker's default.
+	var be compute.Backend = cpu.New()
 	w := startWorker(t, redis, be, st)
 	defer func() {
 		if w != nil {
@@ -167,7 +170,7 @@ func TestEndToEnd(t *testing.T) {
 		if res.Rows != rows || res.Dim != dim || res.Out != g.prefix+"/out" || res.SHA256["dx"] == "" {
 			t.Fatalf("good job %d: result %+v", i, res)
 		}
-		// Oracle, and bitwise equality with a single-job run.
+		// Oracle, and bitwise equality with a single-job CPU run.
 		alone := newWork(t, be, 0, rows, dim)
 		copy(alone.X.Bytes(), st.tensors[g.prefix+"/x"].data)
 		copy(alone.W.Bytes(), st.tensors[g.prefix+"/w"].data)
@@ -205,7 +208,7 @@ func TestEndToEnd(t *testing.T) {
 }
 
 // compute1 runs w alone in its own command buffer.
-func compute1(t *testing.T, be *refBackend, w *Work) *Work {
+func compute1(t *testing.T, be compute.Backend, w *Work) *Work {
 	t.Helper()
 	b := NewBatcher(be, BatchConfig{MaxJobs: 1}, nil, nil)
 	defer b.Close(context.Background())
