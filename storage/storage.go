@@ -1,56 +1,27 @@
-// Package storage names tensors by URI, routes each URI to the Store of its
-// scheme, enforces the allow-list, and moves tensor bytes between stores and
-// caller-owned buffers (the compute backend's memory) without intermediate
-// copies. The tensor format is safetensors (see storage/safetensors).
-//
-// Concrete stores live in their own packages, named after what they wrap:
-// storage/file (local disk) and storage/s3 (minio-go). The worker wires them
-// into a Router.
 package storage
 
 import (
 	"context"
-	"errors"
 	"io"
+	"strings"
 )
-
-// Sentinel errors. Errors returned by this package wrap one of them (inside
-// an *Error that names the operation, URI and tensor), so callers classify
-// with errors.Is. Permanent returns true for the ones a retry cannot fix.
-var (
-	ErrNotFound   = errors.New("not found")           // object, bucket or tensor name missing
-	ErrNotAllowed = errors.New("not allowed")         // outside the allow-list, .., symlink escape
-	ErrInvalidURI = errors.New("invalid tensor URI")  // malformed URI
-	ErrFormat     = errors.New("invalid safetensors") // malformed header, sizes inconsistent
-	ErrDType      = errors.New("unsupported dtype")   // a dtype we do not compute
-	ErrTooLarge   = errors.New("too large")           // over a configured limit
-	ErrAccess     = errors.New("access denied")       // credentials rejected
-	ErrShortRead  = errors.New("short read")          // object ended early (transient)
-)
-
-// Permanent reports whether err is one a retry cannot fix.
-func Permanent(err error) bool {
-	for _, e := range []error{ErrNotFound, ErrNotAllowed, ErrInvalidURI, ErrFormat, ErrDType, ErrTooLarge, ErrAccess} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
 
 // Ref is a parsed tensor URI: s3://bucket/key#name or file:///abs/path#name.
 type Ref struct {
 	Scheme string // "s3" or "file"
 	Bucket string // s3 only
-	Key    string // object key (s3) or absolute path (file)
+	Key    string // object key (s3, no leading slash) or absolute path (file)
 	Name   string // tensor name inside the safetensors file; "" = the only one
 }
 
-// String returns the URI form of r.
+// String returns the URI form of r. It never holds credentials: those come
+// from the store's configuration, never from a URI.
 func (r Ref) String() string {
-	s := r.Scheme + "://" + r.Bucket + "/" + trimSlash(r.Key)
+	var s string
 	if r.Scheme == "file" {
 		s = "file://" + r.Key
+	} else {
+		s = r.Scheme + "://" + r.Bucket + "/" + r.Key
 	}
 	if r.Name != "" {
 		s += "#" + r.Name
@@ -58,22 +29,121 @@ func (r Ref) String() string {
 	return s
 }
 
-func trimSlash(s string) string {
-	for len(s) > 0 && s[0] == '/' {
-		s = s[1:]
-	}
-	return s
+// Object returns r without its tensor name: the object it lives in.
+func (r Ref) Object() Ref {
+	r.Name = ""
+	return r
 }
 
-// Store is one object store. Implementations retry transient failures
-// themselves, honour ctx, and return errors wrapping the sentinels above.
+// ObjectInfo is what a Store knows about one stored object.
+type ObjectInfo struct {
+	Size int64
+	// ETag identifies the object's current version ("" when the store has
+	// none). Reads pinned to it fail with ErrChanged once it is replaced.
+	ETag string
+}
+
+// Store is one object store, registered with a Router under a URI scheme.
+// Implementations retry transient failures themselves (capped exponential
+// backoff with jitter, see Retry), honour ctx, enforce their own allow-list
+// and return errors wrapping the sentinels of this package.
 type Store interface {
-	// Size returns the object's size in bytes.
-	Size(ctx context.Context, bucket, key string) (int64, error)
-	// ReadAt fills p exactly with the object's bytes starting at off; a
-	// shorter object is ErrShortRead, never a silently short p.
-	ReadAt(ctx context.Context, bucket, key string, p []byte, off int64) error
-	// Put writes the object atomically from r, which yields exactly size
-	// bytes: a reader sees the old object or the whole new one.
-	Put(ctx context.Context, bucket, key string, r io.Reader, size int64) error
+	// Check applies the allow-list and the store's rules on names to ref,
+	// for reading or (write) writing. It does no I/O.
+	Check(ref Ref, write bool) error
+	// Stat returns the object's size and version.
+	Stat(ctx context.Context, ref Ref) (ObjectInfo, error)
+	// ReadAt fills p exactly with the object's bytes starting at off. When
+	// etag is not "", the read is pinned to that version (ErrChanged once
+	// the object was replaced). An object that ends early is ErrShortRead,
+	// never a silently short p.
+	ReadAt(ctx context.Context, ref Ref, etag string, p []byte, off int64) error
+	// Put writes the object atomically from r, which must yield exactly
+	// size bytes: a reader sees the old object or the whole new one.
+	Put(ctx context.Context, ref Ref, r io.Reader, size int64) error
+}
+
+// ParseRef parses a tensor URI: s3://bucket/key#name or
+// file:///abs/path#name. The #name fragment is optional. It rejects empty
+// parts, "." and ".." segments, empty segments, query strings, user info,
+// percent escapes and control characters, all with ErrInvalidURI, so that
+// the allow-list sees exactly the path that is opened.
+func ParseRef(uri string) (Ref, error) {
+	bad := func(why string) (Ref, error) {
+		return Ref{}, &Error{Op: "parse", URI: redactURI(uri), Err: errorf(ErrInvalidURI, "%s", why)}
+	}
+	for _, c := range uri {
+		if c < 0x20 || c == 0x7f {
+			return bad("control character in URI")
+		}
+	}
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return bad("want s3://bucket/key#name or file:///abs/path#name")
+	}
+	rest, name, hasName := strings.Cut(rest, "#")
+	if hasName && name == "" {
+		return bad("empty tensor name after #")
+	}
+	if strings.ContainsAny(rest, "?%\\") {
+		return bad("query strings, percent escapes and backslashes are not supported in tensor URIs")
+	}
+	var r Ref
+	switch scheme {
+	case "s3":
+		bucket, key, ok := strings.Cut(rest, "/")
+		if bucket == "" || strings.Contains(bucket, "@") || strings.Contains(bucket, ":") {
+			return bad("missing or malformed bucket (credentials and endpoints come from configuration, not URIs)")
+		}
+		if !ok || key == "" {
+			return bad("missing object key")
+		}
+		if err := cleanSegments(key); err != "" {
+			return bad(err)
+		}
+		r = Ref{Scheme: "s3", Bucket: bucket, Key: key, Name: name}
+	case "file":
+		if !strings.HasPrefix(rest, "/") {
+			return bad("file URIs take an absolute path: file:///abs/path (no host)")
+		}
+		if err := cleanSegments(rest[1:]); err != "" {
+			return bad(err)
+		}
+		r = Ref{Scheme: "file", Key: rest, Name: name}
+	default:
+		return bad("unknown scheme " + quote(scheme) + " (supported: s3, file)")
+	}
+	return r, nil
+}
+
+// cleanSegments checks a slash-separated path for empty, "." and ".."
+// segments; it returns why it is bad, or "".
+func cleanSegments(p string) string {
+	if p == "" {
+		return "empty path"
+	}
+	for _, seg := range strings.Split(p, "/") {
+		switch seg {
+		case "":
+			return "empty path segment (//) or trailing slash"
+		case ".", "..":
+			return "path segment " + quote(seg) + " is not allowed"
+		}
+	}
+	return ""
+}
+
+// redactURI drops anything that could be user info from a URI before it goes
+// into an error: everything between "://" and an "@" in the authority.
+func redactURI(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	auth, path, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndex(auth, "@"); i >= 0 {
+		auth = "<redacted>@" + auth[i+1:]
+		return scheme + "://" + auth + "/" + path
+	}
+	return uri
 }

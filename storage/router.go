@@ -1,0 +1,390 @@
+package storage
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/rmsgrad/rmsgrad/storage/safetensors"
+)
+
+// SupportedDTypes are the dtypes the workers compute; Head rejects others.
+var SupportedDTypes = []string{"F32"}
+
+// SHA256Key returns the __metadata__ key under which Write records the
+// sha256 (lowercase hex) of tensor name's bytes.
+func SHA256Key(name string) string { return "sha256." + name }
+
+// headProbe is how many bytes Head reads first: the length prefix and, for
+// every header our writers produce (a few hundred bytes), the whole JSON, so
+// a Head costs one stat and one small GET.
+const headProbe = 64 << 10
+
+// TensorInfo is one tensor located by Head: what Fetch needs to read it.
+type TensorInfo struct {
+	Ref    Ref
+	DType  string
+	Shape  []int
+	Offset int64  // absolute byte offset of the tensor in the object
+	Size   int64  // length in bytes
+	ETag   string // the object version the header came from; Fetch pins its read to it
+}
+
+// OutTensor is one tensor to write: Data holds prod(Shape) little-endian
+// elements of DType (the compute buffer's bytes, sent without a copy).
+type OutTensor = safetensors.Tensor
+
+// WriteResult is what Write stored.
+type WriteResult struct {
+	SHA256 map[string]string // tensor name -> sha256 of its bytes (lowercase hex)
+	Bytes  int64             // the object's size
+}
+
+// Router sends each URI to the Store of its scheme. It is safe for
+// concurrent use once its stores are registered.
+type Router struct {
+	mu     sync.RWMutex
+	stores map[string]Store
+	cache  *headerCache
+}
+
+// Option configures a Router.
+type Option func(*Router)
+
+// WithHeaderCache keeps the parsed headers of the last n objects (validated
+// by size and ETag on each Head), so Heads of x, w and dy in one object read
+// its header once. n <= 0 turns the cache off; the default is 64.
+func WithHeaderCache(n int) Option {
+	return func(r *Router) {
+		if n <= 0 {
+			r.cache = nil
+			return
+		}
+		r.cache = newHeaderCache(n)
+	}
+}
+
+// NewRouter returns a Router with no stores; Register adds them.
+func NewRouter(opts ...Option) *Router {
+	r := &Router{stores: map[string]Store{}, cache: newHeaderCache(64)}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Register serves URIs of scheme ("s3", "file") from s, replacing any store
+// registered for it before.
+func (r *Router) Register(scheme string, s Store) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stores[scheme] = s
+}
+
+func (r *Router) route(op, uri string, write bool) (Ref, Store, error) {
+	ref, err := ParseRef(uri)
+	if err != nil {
+		var se *Error
+		if errors.As(err, &se) {
+			se.Op = op
+		}
+		return Ref{}, nil, err
+	}
+	r.mu.RLock()
+	s := r.stores[ref.Scheme]
+	r.mu.RUnlock()
+	if s == nil {
+		return ref, nil, &Error{Op: op, URI: ref.String(), Tensor: ref.Name,
+			Err: errorf(ErrNotAllowed, "no store is configured for %s:// URIs on this host", ref.Scheme)}
+	}
+	if err := s.Check(ref, write); err != nil {
+		return ref, nil, wrap(op, ref, err)
+	}
+	return ref, s, nil
+}
+
+// Check parses uri and applies its store's allow-list for reading or (write)
+// writing, without any I/O: ErrInvalidURI or ErrNotAllowed. Symlinks are
+// checked when the file store opens the path.
+func (r *Router) Check(uri string, write bool) error {
+	ref, _, err := r.route("check", uri, write)
+	if err == nil && write && ref.Name != "" {
+		return &Error{Op: "check", URI: ref.String(), Tensor: ref.Name,
+			Err: errorf(ErrInvalidURI, "an output URI names an object, not a tensor: drop #%s", ref.Name)}
+	}
+	return err
+}
+
+// Head reads the header of uri's object (or takes it from the cache after
+// checking the object's size and ETag), validates it strictly and returns
+// where the named tensor lies. Without a #name the object must hold exactly
+// one tensor. A tensor whose dtype is not computed is ErrDType naming the
+// supported ones.
+func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
+	ref, s, err := r.route("head", uri, false)
+	if err != nil {
+		return TensorInfo{}, err
+	}
+	h, etag, err := r.header(ctx, s, ref)
+	if err != nil {
+		return TensorInfo{}, wrap("head", ref, err)
+	}
+	var e safetensors.Entry
+	if ref.Name == "" {
+		if len(h.Entries) != 1 {
+			return TensorInfo{}, &Error{Op: "head", URI: ref.String(),
+				Err: errorf(ErrNotFound, "the object holds %d tensors (%s); name one with #name", len(h.Entries), strings.Join(h.Names(), ", "))}
+		}
+		e = h.Entries[0]
+	} else {
+		var ok bool
+		if e, ok = h.Lookup(ref.Name); !ok {
+			return TensorInfo{}, &Error{Op: "head", URI: ref.String(), Tensor: ref.Name,
+				Err: errorf(ErrNotFound, "no such tensor in the object (it holds: %s)", strings.Join(h.Names(), ", "))}
+		}
+	}
+	if !supported(e.DType) {
+		return TensorInfo{}, &Error{Op: "head", URI: ref.String(), Tensor: e.Name,
+			Err: errorf(ErrDType, "dtype %s (supported: %s)", e.DType, strings.Join(SupportedDTypes, ", "))}
+	}
+	return TensorInfo{Ref: ref, DType: e.DType, Shape: append([]int(nil), e.Shape...),
+		Offset: h.DataStart + e.Begin, Size: e.Size(), ETag: etag}, nil
+}
+
+func supported(dtype string) bool {
+	for _, d := range SupportedDTypes {
+		if d == dtype {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Header, string, error) {
+	info, err := s.Stat(ctx, ref)
+	if err != nil {
+		return nil, "", err
+	}
+	key := ref.Object().String()
+	if h := r.cache.get(key, info); h != nil {
+		return h, info.ETag, nil
+	}
+	if info.Size < safetensors.PrefixSize {
+		return nil, "", errorf(ErrFormat, "object of %d bytes is shorter than the 8-byte header length prefix", info.Size)
+	}
+	probe := make([]byte, min(info.Size, headProbe))
+	if err := s.ReadAt(ctx, ref, info.ETag, probe, 0); err != nil {
+		return nil, "", err
+	}
+	n, err := safetensors.HeaderLength(probe, info.Size)
+	if err != nil {
+		return nil, "", err
+	}
+	hdr := probe[safetensors.PrefixSize:]
+	if int64(len(hdr)) >= n {
+		hdr = hdr[:n]
+	} else {
+		// A header larger than the probe (many tensors or much metadata):
+		// read the rest, pinned to the same version.
+		full := make([]byte, n)
+		copy(full, hdr)
+		if err := s.ReadAt(ctx, ref, info.ETag, full[len(hdr):], safetensors.PrefixSize+int64(len(hdr))); err != nil {
+			return nil, "", err
+		}
+		hdr = full
+	}
+	h, err := safetensors.ParseHeader(hdr, info.Size)
+	if err != nil {
+		return nil, "", err
+	}
+	r.cache.put(key, info, h)
+	return h, info.ETag, nil
+}
+
+// Fetch reads tensor t (from Head) straight into dst, which must be exactly
+// t.Size bytes: one range read, no intermediate copy. The read is pinned to
+// the object version Head saw (ErrChanged if it was replaced since).
+func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
+	_, s, err := r.route("fetch", t.Ref.String(), false)
+	if err != nil {
+		return err
+	}
+	if int64(len(dst)) != t.Size {
+		return &Error{Op: "fetch", URI: t.Ref.String(), Tensor: t.Ref.Name,
+			Err: fmt.Errorf("destination buffer is %d bytes, the tensor is %d", len(dst), t.Size)}
+	}
+	if t.Size == 0 {
+		return nil
+	}
+	return wrap("fetch", t.Ref, s.ReadAt(ctx, t.Ref, t.ETag, dst, t.Offset))
+}
+
+// Write stores ts as one safetensors object at uri, atomically: readers see
+// the old object or the whole new one. The sha256 of each tensor's bytes is
+// recorded in __metadata__ under SHA256Key(name), beside meta. Tensor bytes
+// stream from ts[i].Data with a known content length; nothing is copied.
+func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map[string]string) (WriteResult, error) {
+	ref, s, err := r.route("write", uri, true)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	if ref.Name != "" {
+		return WriteResult{}, &Error{Op: "write", URI: ref.String(), Tensor: ref.Name,
+			Err: errorf(ErrInvalidURI, "an output URI names an object, not a tensor: drop #%s", ref.Name)}
+	}
+	res := WriteResult{SHA256: make(map[string]string, len(ts))}
+	all := make(map[string]string, len(meta)+len(ts))
+	for k, v := range meta {
+		all[k] = v
+	}
+	for _, t := range ts {
+		sum := sha256.Sum256(t.Data)
+		h := hex.EncodeToString(sum[:])
+		res.SHA256[t.Name] = h
+		all[SHA256Key(t.Name)] = h
+	}
+	hdr, err := safetensors.EncodeHeader(ts, all)
+	if err != nil {
+		return WriteResult{}, wrap("write", ref, err)
+	}
+	segs := make([][]byte, 0, 1+len(ts))
+	segs = append(segs, hdr)
+	for _, t := range ts {
+		segs = append(segs, t.Data)
+	}
+	body := NewSegments(segs...)
+	res.Bytes = body.Size()
+	if err := s.Put(ctx, ref, body, res.Bytes); err != nil {
+		return WriteResult{}, wrap("write", ref, err)
+	}
+	r.cache.drop(ref.Object().String())
+	return res, nil
+}
+
+// Put uploads size bytes from body as the object at uri, atomically (the
+// CLI uploads local safetensors files with it). The bytes are not parsed;
+// a later Head checks them. A body that is also an io.Seeker (an *os.File)
+// can be retried after a transient failure.
+func (r *Router) Put(ctx context.Context, uri string, body io.Reader, size int64) error {
+	ref, s, err := r.route("put", uri, true)
+	if err != nil {
+		return err
+	}
+	if ref.Name != "" {
+		return &Error{Op: "put", URI: ref.String(), Tensor: ref.Name,
+			Err: errorf(ErrInvalidURI, "an upload URI names an object, not a tensor: drop #%s", ref.Name)}
+	}
+	if size < 0 {
+		return &Error{Op: "put", URI: ref.String(), Err: fmt.Errorf("size must be known (got %d)", size)}
+	}
+	if err := s.Put(ctx, ref, body, size); err != nil {
+		return wrap("put", ref, err)
+	}
+	r.cache.drop(ref.Object().String())
+	return nil
+}
+
+// Segments is an io.Reader, io.ReaderAt and io.Seeker over byte slices laid
+// end to end, without copying them: Write sends the header and the compute
+// buffers through it, and stores can re-read it from the start to retry or
+// upload multipart parts in parallel.
+type Segments struct {
+	segs [][]byte
+	ends []int64 // cumulative end offsets
+	off  int64
+}
+
+// NewSegments returns a reader over segs in order.
+func NewSegments(segs ...[]byte) *Segments {
+	s := &Segments{segs: segs, ends: make([]int64, len(segs))}
+	var n int64
+	for i, b := range segs {
+		n += int64(len(b))
+		s.ends[i] = n
+	}
+	return s
+}
+
+// Size returns the total length.
+func (s *Segments) Size() int64 {
+	if len(s.ends) == 0 {
+		return 0
+	}
+	return s.ends[len(s.ends)-1]
+}
+
+// Read implements io.Reader.
+func (s *Segments) Read(p []byte) (int, error) {
+	n, err := s.ReadAt(p, s.off)
+	s.off += int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// ReadAt implements io.ReaderAt.
+func (s *Segments) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("segments: negative offset")
+	}
+	i := sort.Search(len(s.ends), func(i int) bool { return s.ends[i] > off })
+	n := 0
+	for ; i < len(s.segs) && n < len(p); i++ {
+		start := s.ends[i] - int64(len(s.segs[i]))
+		c := copy(p[n:], s.segs[i][off+int64(n)-start:])
+		n += c
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Seek implements io.Seeker.
+func (s *Segments) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += s.off
+	case io.SeekEnd:
+		offset += s.Size()
+	default:
+		return 0, errors.New("segments: bad whence")
+	}
+	if offset < 0 {
+		return 0, errors.New("segments: negative position")
+	}
+	s.off = offset
+	return offset, nil
+}
+
+// WriteTo implements io.WriterTo, so io.Copy hands each segment to the
+// writer whole instead of through a 32 KiB bounce buffer.
+func (s *Segments) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for s.off < s.Size() {
+		i := sort.Search(len(s.ends), func(i int) bool { return s.ends[i] > s.off })
+		start := s.ends[i] - int64(len(s.segs[i]))
+		n, err := w.Write(s.segs[i][s.off-start:])
+		s.off += int64(n)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+var _ interface {
+	io.Reader
+	io.ReaderAt
+	io.Seeker
+	io.WriterTo
+} = (*Segments)(nil)

@@ -1,0 +1,353 @@
+package s3
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
+
+	"github.com/rmsgrad/rmsgrad/storage"
+)
+
+// AllowRule lets the store use one bucket, or only the keys under Prefixes
+// in it (a key matches when it starts with one of them; end a prefix with
+// "/" to mean a directory).
+type AllowRule struct {
+	Bucket   string
+	Prefixes []string // empty: the whole bucket
+	ReadOnly bool     // reads only: writes are ErrNotAllowed
+}
+
+// Config configures the S3 store. Endpoint and Allow are required.
+type Config struct {
+	Endpoint  string // host:port, no scheme
+	Region    string // "" lets minio-go discover it
+	AccessKey string
+	SecretKey string
+	TLS       bool   // https
+	CAFile    string // PEM bundle to trust instead of the system roots (TLS only)
+	Allow     []AllowRule
+
+	// PartSize is the multipart part size; objects up to it go in one PUT.
+	// 0 means minio-go's default (16 MiB).
+	PartSize uint64
+	// Backoff is the retry policy for transient failures; the zero value
+	// means storage.DefaultBackoff.
+	Backoff storage.Backoff
+	// MaxIdleConns is the idle connection pool per host; 0 means 256. The
+	// transport default (16) makes busy workers dial and close a connection
+	// per request.
+	MaxIdleConns int
+	// Transport overrides the HTTP transport (tests); nil builds one from the
+	// fields above.
+	Transport http.RoundTripper
+}
+
+// Store is the S3 store.
+type Store struct {
+	core    minio.Core
+	allow   []AllowRule
+	part    uint64
+	backoff storage.Backoff
+	host    string
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// New builds the store. It does no I/O (the endpoint may come up later);
+// the first request reports bad credentials as ErrAccess.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Endpoint == "" {
+		return nil, errors.New("s3: endpoint is required")
+	}
+	if strings.Contains(cfg.Endpoint, "://") {
+		return nil, fmt.Errorf("s3: endpoint %q: give host:port without a scheme (TLS selects https)", cfg.Endpoint)
+	}
+	if len(cfg.Allow) == 0 {
+		return nil, errors.New("s3: the allow-list is empty: name at least one bucket")
+	}
+	for i, a := range cfg.Allow {
+		if err := s3utils.CheckValidBucketName(a.Bucket); err != nil {
+			return nil, fmt.Errorf("s3: allow[%d]: bucket %q: %w", i, a.Bucket, err)
+		}
+	}
+	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
+		return nil, errors.New("s3: access key and secret key go together")
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		t, err := minio.DefaultTransport(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("s3: transport: %w", err)
+		}
+		idle := cfg.MaxIdleConns
+		if idle <= 0 {
+			idle = 256
+		}
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = idle, idle
+		if cfg.CAFile != "" {
+			if !cfg.TLS {
+				return nil, errors.New("s3: ca_file is set but TLS is off")
+			}
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("s3: ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("s3: ca_file %s holds no PEM certificates", cfg.CAFile)
+			}
+			if t.TLSClientConfig == nil {
+				t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+			t.TLSClientConfig.RootCAs = pool
+		}
+		tr = t
+	}
+	var creds *credentials.Credentials
+	if cfg.AccessKey != "" {
+		creds = credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, "")
+	} else {
+		creds = credentials.New(&credentials.Static{}) // anonymous
+	}
+	c, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:     creds,
+		Secure:    cfg.TLS,
+		Region:    cfg.Region,
+		Transport: tr,
+		// Retries are ours (storage.Retry), with our classification and
+		// resumable reads; minio-go's own would multiply with them.
+		MaxRetries: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)
+	}
+	b := cfg.Backoff
+	if b == (storage.Backoff{}) {
+		b = storage.DefaultBackoff
+	}
+	return &Store{core: minio.Core{Client: c}, allow: cfg.Allow, part: cfg.PartSize, backoff: b, host: cfg.Endpoint}, nil
+}
+
+// Client returns the underlying minio-go client (benchmarks compare with it).
+func (s *Store) Client() *minio.Client { return s.core.Client }
+
+// Check applies the allow-list to ref without I/O.
+func (s *Store) Check(ref storage.Ref, write bool) error {
+	if ref.Scheme != "s3" {
+		return storage.Errorf(storage.ErrInvalidURI, "the s3 store serves s3:// URIs, not %s://", ref.Scheme)
+	}
+	if err := s3utils.CheckValidBucketName(ref.Bucket); err != nil {
+		return storage.Errorf(storage.ErrInvalidURI, "bucket name: %v", err)
+	}
+	if err := s3utils.CheckValidObjectName(ref.Key); err != nil {
+		return storage.Errorf(storage.ErrInvalidURI, "object key: %v", err)
+	}
+	for _, seg := range strings.Split(ref.Key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return storage.Errorf(storage.ErrNotAllowed, "key %q has an empty, . or .. segment", ref.Key)
+		}
+	}
+	bucketListed := false
+	for _, a := range s.allow {
+		if a.Bucket != ref.Bucket {
+			continue
+		}
+		bucketListed = true
+		if len(a.Prefixes) > 0 && !hasAnyPrefix(ref.Key, a.Prefixes) {
+			continue
+		}
+		if write && a.ReadOnly {
+			continue
+		}
+		return nil
+	}
+	if !bucketListed {
+		return storage.Errorf(storage.ErrNotAllowed, "bucket %q is not in the allow-list", ref.Bucket)
+	}
+	if write {
+		return storage.Errorf(storage.ErrNotAllowed, "key %q is outside the prefixes this worker may write in bucket %q", ref.Key, ref.Bucket)
+	}
+	return storage.Errorf(storage.ErrNotAllowed, "key %q is outside the prefixes this worker may read in bucket %q", ref.Key, ref.Bucket)
+}
+
+func hasAnyPrefix(key string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// transient marks an error worth retrying.
+type transient struct{ err error }
+
+func (t *transient) Error() string { return t.err.Error() }
+func (t *transient) Unwrap() error { return t.err }
+
+func retryable(err error) bool {
+	var t *transient
+	return errors.As(err, &t)
+}
+
+// classify maps a minio-go or transport error to the storage sentinels and
+// marks the transient ones.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	resp := minio.ToErrorResponse(err)
+	if resp.StatusCode != 0 || resp.Code != "" {
+		msg := resp.Code
+		if resp.Message != "" {
+			msg += ": " + resp.Message
+		}
+		switch {
+		case resp.Code == "NoSuchKey" || resp.Code == "NoSuchBucket" || resp.StatusCode == http.StatusNotFound:
+			return fmt.Errorf("%w: %s", storage.ErrNotFound, msg)
+		case resp.Code == "AccessDenied" || resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch" ||
+			resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
+			return fmt.Errorf("%w: %s (check the worker's S3 credentials and policy)", storage.ErrAccess, msg)
+		case resp.Code == "PreconditionFailed" || resp.StatusCode == http.StatusPreconditionFailed:
+			return fmt.Errorf("%w: %s", storage.ErrChanged, msg)
+		case resp.Code == "InvalidRange" || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+			return fmt.Errorf("%w: %s", storage.ErrShortRead, msg)
+		case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests ||
+			resp.Code == "SlowDown" || resp.Code == "RequestTimeout" || resp.Code == "InternalError":
+			return &transient{fmt.Errorf("%w: %s (HTTP %d)", storage.ErrUnavailable, msg, resp.StatusCode)}
+		case resp.StatusCode >= 400:
+			return fmt.Errorf("%w: %s (HTTP %d)", storage.ErrRejected, msg, resp.StatusCode)
+		}
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		errors.As(err, &ne) && ne.Timeout():
+		return &transient{fmt.Errorf("%w: %v", storage.ErrUnavailable, err)}
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return &transient{fmt.Errorf("%w: %v", storage.ErrUnavailable, err)}
+	}
+	return err
+}
+
+// retry runs op under the store's backoff and says how many attempts a
+// transient failure survived.
+func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	err := storage.Retry(ctx, s.backoff, retryable, op)
+	if retryable(err) {
+		return fmt.Errorf("%w (gave up after %d attempts against %s)", err, s.backoff.Attempts, s.host)
+	}
+	return err
+}
+
+// Stat returns the object's size and ETag.
+func (s *Store) Stat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, error) {
+	var info storage.ObjectInfo
+	err := s.retry(ctx, func(ctx context.Context) error {
+		oi, err := s.core.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
+		if err != nil {
+			return classify(err)
+		}
+		info = storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}
+		return nil
+	})
+	return info, err
+}
+
+// ReadAt range-reads len(p) bytes at off straight into p. A body cut short
+// is resumed from where it stopped, pinned to the same version.
+func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []byte, off int64) error {
+	if len(p) == 0 {
+		return nil
+	}
+	done := 0
+	pin := etag
+	return s.retry(ctx, func(ctx context.Context) error {
+		want := len(p) - done
+		var opts minio.GetObjectOptions
+		if err := opts.SetRange(off+int64(done), off+int64(len(p))-1); err != nil {
+			return err
+		}
+		if pin != "" {
+			if err := opts.SetMatchETag(pin); err != nil {
+				return err
+			}
+		}
+		body, oi, _, err := s.core.GetObject(ctx, ref.Bucket, ref.Key, opts)
+		if err != nil {
+			return classify(err)
+		}
+		defer body.Close()
+		if pin == "" {
+			pin = oi.ETag // a resumed read must continue the same version
+		}
+		if oi.Size >= 0 && oi.Size < int64(want) {
+			return storage.Errorf(storage.ErrShortRead, "range GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", off+int64(done), oi.Size, want)
+		}
+		n, err := io.ReadFull(body, p[done:])
+		done += n
+		if err != nil {
+			if c := classify(err); retryable(c) {
+				return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %v", storage.ErrShortRead, done, len(p), err)}
+			} else if ctx.Err() != nil {
+				return ctx.Err()
+			} else {
+				return c
+			}
+		}
+		return nil
+	})
+}
+
+// Put uploads size bytes from r: one PUT up to the part size, a multipart
+// upload above it. A body that is an io.Seeker is rewound for each retry;
+// any other body gets a single attempt.
+func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int64) error {
+	seeker, canRewind := r.(io.Seeker)
+	var start int64
+	if canRewind {
+		var err error
+		if start, err = seeker.Seek(0, io.SeekCurrent); err != nil {
+			canRewind = false
+		}
+	}
+	attempt := 0
+	b := s.backoff
+	if !canRewind {
+		b.Attempts = 1
+	}
+	err := storage.Retry(ctx, b, retryable, func(ctx context.Context) error {
+		if attempt++; attempt > 1 {
+			if _, err := seeker.Seek(start, io.SeekStart); err != nil {
+				return fmt.Errorf("rewind body for retry: %w", err)
+			}
+		}
+		_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, minio.PutObjectOptions{
+			ContentType: "application/octet-stream",
+			PartSize:    s.part,
+		})
+		return classify(err)
+	})
+	if retryable(err) {
+		return fmt.Errorf("%w (gave up after %d attempts against %s)", err, attempt, s.host)
+	}
+	return err
+}
