@@ -1,0 +1,375 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/shaders"
+)
+
+// Backend runs command buffers on one CUDA device (ordinal 0). It is safe for
+// concurrent use: Execute calls are serialized on the backend's one stream.
+type Backend struct {
+	d      *driverAPI
+	nv     *nvrtcAPI
+	dev    int32
+	ctx    uintptr
+	device string
+	arch   string
+	sms    int
+
+	mod                     uintptr
+	fnRows, fnReduce, fnAdd uintptr
+	stream                  uintptr
+	evStart, evEnd          uintptr
+
+	mu      sync.Mutex // guards everything below and serializes Execute
+	pool    map[int][]*mem
+	scratch *mem // dw partials, device only
+	table   *mem // job table, pinned host + device
+	closed  bool
+	// CompileTime is how long NVRTC took at Open.
+	compile time.Duration
+}
+
+// mem is one pooled allocation: pinned host memory and device memory of the
+// same size (host is nil for device-only scratch).
+type mem struct {
+	host unsafe.Pointer
+	dptr uint64
+	size int
+}
+
+// Open loads the driver and NVRTC, picks device 0, compiles the kernels for
+// its architecture and returns the backend. Without a driver, a device or
+// NVRTC it returns an error wrapping compute.ErrUnsupported saying which.
+func Open() (compute.Backend, error) { return open() }
+
+func open() (*Backend, error) {
+	d, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r := d.cuInit(0); r != 0 {
+		e := &DriverError{Call: "cuInit", Code: int(r), Name: d.errName(r), kind: compute.ErrUnsupported}
+		return nil, fmt.Errorf("cuda: driver present but unusable (no GPU visible?): %w", e)
+	}
+	var n int32
+	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&n)); err != nil {
+		return nil, fmt.Errorf("%w (%w)", err, compute.ErrUnsupported)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("cuda: the driver sees no GPU: %w", compute.ErrUnsupported)
+	}
+	b := &Backend{d: d, pool: make(map[int][]*mem)}
+	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, 0)); err != nil {
+		return nil, err
+	}
+	var name [256]byte
+	if err := d.check("cuDeviceGetName", d.cuDeviceGetName(&name[0], int32(len(name)), b.dev)); err != nil {
+		return nil, err
+	}
+	var major, minor, sms int32
+	for _, a := range []struct {
+		v    *int32
+		attr int32
+	}{{&major, attrComputeCapMajor}, {&minor, attrComputeCapMinor}, {&sms, attrMultiprocessorCount}} {
+		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(a.v, a.attr, b.dev)); err != nil {
+			return nil, err
+		}
+	}
+	b.arch = fmt.Sprintf("sm_%d%d", major, minor)
+	b.sms = int(sms)
+	b.device = fmt.Sprintf("%s (%s)", strings.TrimRight(string(name[:]), "\x00"), b.arch)
+
+	nv, _, err := loadNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	b.nv = nv
+	t0 := time.Now()
+	cubin, err := b.compileKernels()
+	if err != nil {
+		return nil, err
+	}
+	b.compile = time.Since(t0)
+
+	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&b.ctx, b.dev)); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			b.destroy()
+		}
+	}()
+	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(b.ctx)); err != nil {
+		return nil, err
+	}
+	if err := d.check("cuModuleLoadData", d.cuModuleLoadData(&b.mod, unsafe.Pointer(&cubin[0]))); err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(cubin)
+	for _, f := range []struct {
+		fn   *uintptr
+		name string
+	}{{&b.fnRows, shaders.CUDARowsKernel}, {&b.fnReduce, shaders.CUDAReduceKernel}, {&b.fnAdd, shaders.CUDAAddKernel}} {
+		if err := d.check("cuModuleGetFunction("+f.name+")", d.cuModuleGetFunction(f.fn, b.mod, f.name)); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.check("cuStreamCreate", d.cuStreamCreate(&b.stream, streamNonBlocking)); err != nil {
+		return nil, err
+	}
+	for _, e := range []*uintptr{&b.evStart, &b.evEnd} {
+		if err := d.check("cuEventCreate", d.cuEventCreate(e, eventDefault)); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return b, nil
+}
+
+// compileKernels compiles shaders.CUDASource for b.arch and returns the cubin.
+func (b *Backend) compileKernels() ([]byte, error) {
+	nv := b.nv
+	nvErr := func(call string, r int32) error {
+		return &DriverError{Call: call, Code: int(r), Name: nv.nvrtcGetErrorString(r), kind: compute.ErrDevice}
+	}
+	var prog uintptr
+	if r := nv.nvrtcCreateProgram(&prog, shaders.CUDASource, shaders.CUDAFile, 0, nil, nil); r != 0 {
+		return nil, nvErr("nvrtcCreateProgram", r)
+	}
+	defer nv.nvrtcDestroyProgram(&prog)
+	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo"}
+	cstr := make([][]byte, len(opts))
+	ptrs := make([]*byte, len(opts))
+	for i, o := range opts {
+		cstr[i] = append([]byte(o), 0)
+		ptrs[i] = &cstr[i][0]
+	}
+	r := nv.nvrtcCompileProgram(prog, int32(len(ptrs)), unsafe.Pointer(&ptrs[0]))
+	runtime.KeepAlive(cstr)
+	if r != 0 {
+		var n uintptr
+		log := ""
+		if nv.nvrtcGetProgramLogSz(prog, &n) == 0 && n > 1 {
+			buf := make([]byte, n)
+			if nv.nvrtcGetProgramLog(prog, &buf[0]) == 0 {
+				log = strings.TrimRight(string(buf), "\x00")
+			}
+		}
+		return nil, fmt.Errorf("cuda: compiling %s for %s: %w\n%s", shaders.CUDAFile, b.arch, nvErr("nvrtcCompileProgram", r), log)
+	}
+	var n uintptr
+	if r := nv.nvrtcGetCUBINSize(prog, &n); r != 0 {
+		return nil, nvErr("nvrtcGetCUBINSize", r)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("cuda: NVRTC produced no cubin for %s: %w", b.arch, compute.ErrUnsupported)
+	}
+	cubin := make([]byte, n)
+	if r := nv.nvrtcGetCUBIN(prog, &cubin[0]); r != 0 {
+		return nil, nvErr("nvrtcGetCUBIN", r)
+	}
+	return cubin, nil
+}
+
+// Name returns "cuda".
+func (b *Backend) Name() string { return "cuda" }
+
+// DeviceName returns e.g. "NVIDIA H200 (sm_90)".
+func (b *Backend) DeviceName() string { return b.device }
+
+// CompileTime is how long NVRTC took to compile the kernels at Open.
+func (b *Backend) CompileTime() time.Duration { return b.compile }
+
+// bind makes the backend's context current on this goroutine's OS thread;
+// call the returned func to unlock the thread.
+func (b *Backend) bindCtx() (func(), error) {
+	runtime.LockOSThread()
+	if err := b.d.check("cuCtxSetCurrent", b.d.cuCtxSetCurrent(b.ctx)); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return runtime.UnlockOSThread, nil
+}
+
+// sizeClass rounds n up to one of 4 steps per power of two (so a pooled
+// allocation wastes at most 25%), at least 256 bytes.
+func sizeClass(n int) int {
+	if n <= 256 {
+		return 256
+	}
+	p := 1
+	for p*2 < n {
+		p *= 2
+	}
+	step := p / 4
+	return (n + step - 1) / step * step
+}
+
+// getMem returns a pooled or new allocation of at least n bytes. withHost
+// asks for pinned host memory too. b.mu and the context must be held.
+func (b *Backend) getMem(n int, withHost bool) (*mem, error) {
+	c := sizeClass(n)
+	if withHost {
+		if l := b.pool[c]; len(l) > 0 {
+			m := l[len(l)-1]
+			b.pool[c] = l[:len(l)-1]
+			return m, nil
+		}
+	}
+	m := &mem{size: c}
+	if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(c))); err != nil {
+		return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
+	}
+	if withHost {
+		if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&m.host, uintptr(c), memHostAllocPortab)); err != nil {
+			b.d.cuMemFree(m.dptr)
+			return nil, fmt.Errorf("cuda: allocating %d pinned host bytes: %w", c, err)
+		}
+		clear(unsafe.Slice((*byte)(m.host), c))
+	}
+	return m, nil
+}
+
+func (b *Backend) freeMem(m *mem) {
+	if m == nil {
+		return
+	}
+	if m.host != nil {
+		b.d.cuMemFreeHost(m.host)
+	}
+	if m.dptr != 0 {
+		b.d.cuMemFree(m.dptr)
+	}
+}
+
+// Alloc returns a buffer from the pool: pinned host memory (Bytes, Float32s)
+// and device memory of the same size.
+func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, error) {
+	if dtype.Size() == 0 {
+		return nil, fmt.Errorf("cuda: Alloc: dtype %q: %w", dtype, compute.ErrInvalidArgument)
+	}
+	n := compute.NumElements(shape)
+	if n < 0 || n > compute.MaxElements {
+		return nil, fmt.Errorf("cuda: Alloc: shape %v: want a non-negative element count <= %d: %w", shape, compute.MaxElements, compute.ErrInvalidArgument)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, fmt.Errorf("cuda: Alloc after Close: %w", compute.ErrDevice)
+	}
+	unlock, err := b.bindCtx()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	m, err := b.getMem(n*dtype.Size(), true)
+	if err != nil {
+		return nil, err
+	}
+	return &buffer{b: b, m: m, dtype: dtype, shape: append([]int(nil), shape...), n: n}, nil
+}
+
+// Close releases the device. Buffers must be released first; pooled memory
+// is freed here.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	unlock, err := b.bindCtx()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	b.destroy()
+	return nil
+}
+
+// destroy frees everything; the context must be current.
+func (b *Backend) destroy() {
+	d := b.d
+	if b.stream != 0 {
+		d.cuStreamSynchronize(b.stream)
+	}
+	for c, l := range b.pool {
+		for _, m := range l {
+			b.freeMem(m)
+		}
+		delete(b.pool, c)
+	}
+	b.freeMem(b.scratch)
+	b.freeMem(b.table)
+	b.scratch, b.table = nil, nil
+	for _, e := range []uintptr{b.evStart, b.evEnd} {
+		if e != 0 {
+			d.cuEventDestroy(e)
+		}
+	}
+	if b.stream != 0 {
+		d.cuStreamDestroy(b.stream)
+	}
+	if b.mod != 0 {
+		d.cuModuleUnload(b.mod)
+	}
+	if b.ctx != 0 {
+		d.cuDevicePrimaryCtxRel(b.dev)
+	}
+	b.stream, b.mod, b.ctx, b.evStart, b.evEnd = 0, 0, 0, 0, 0
+}
+
+// buffer is a compute.Buffer: pinned host view plus device copy.
+type buffer struct {
+	b        *Backend
+	m        *mem
+	dtype    compute.DType
+	shape    []int
+	n        int
+	released bool
+}
+
+func (x *buffer) DType() compute.DType { return x.dtype }
+func (x *buffer) Shape() []int         { return x.shape }
+func (x *buffer) Len() int             { return x.n }
+func (x *buffer) nbytes() int          { return x.n * x.dtype.Size() }
+
+func (x *buffer) Bytes() []byte {
+	if x.released {
+		return nil
+	}
+	return unsafe.Slice((*byte)(x.m.host), x.nbytes())
+}
+
+func (x *buffer) Float32s() []float32 {
+	if x.released || x.dtype != compute.F32 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(x.m.host), x.n)
+}
+
+// Release returns the memory to the backend's pool (freed at Close).
+func (x *buffer) Release() {
+	b := x.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if x.released {
+		return
+	}
+	x.released = true
+	if b.closed {
+		return // Close freed the pool; memory out of it was lost with the context.
+	}
+	b.pool[x.m.size] = append(b.pool[x.m.size], x.m)
+}
