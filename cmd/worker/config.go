@@ -1,0 +1,406 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the worker's configuration: configs/worker.yaml documents every
+// key with its default. Precedence: defaults < file < environment < flags.
+// Secrets are never read from the file, only from the environment or from
+// files the config names, and never printed.
+type Config struct {
+	Worker         string         `yaml:"worker"`      // name in results and logs; default the hostname
+	Backend        string         `yaml:"backend"`     // auto|cpu|metal|cuda
+	Concurrency    int            `yaml:"concurrency"` // asynq handler goroutines
+	Queues         map[string]int `yaml:"queues"`      // queue -> priority weight
+	StrictPrio     bool           `yaml:"strict_priority"`
+	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
+	RetryBase      time.Duration  `yaml:"retry_base"`
+	RetryMax       time.Duration  `yaml:"retry_max"`
+	HTTPAddr       string         `yaml:"http_addr"` // /metrics, /healthz, /readyz; "" disables
+	LogLevel       string         `yaml:"log_level"` // debug|info|warn|error
+	BudgetBytes    int64          `yaml:"budget_bytes"`
+	Limits         LimitsConfig   `yaml:"limits"`
+	Batch          BatchCfg       `yaml:"batch"`
+	Redis          RedisConfig    `yaml:"redis"`
+	Storage        StorageConfig  `yaml:"storage"`
+	SigningKeyFile string         `yaml:"signing_key_file"`
+	Dev            DevConfig      `yaml:"dev"`
+
+	secrets secrets
+}
+
+// LimitsConfig bounds one job.
+type LimitsConfig struct {
+	MaxElements int64 `yaml:"max_elements"`
+	MaxJobBytes int64 `yaml:"max_job_bytes"`
+}
+
+// BatchCfg says when the batcher flushes.
+type BatchCfg struct {
+	MaxJobs  int           `yaml:"max_jobs"`
+	MaxBytes int64         `yaml:"max_bytes"`
+	MaxWait  time.Duration `yaml:"max_wait"`
+}
+
+// RedisConfig says how to reach Redis.
+type RedisConfig struct {
+	Addr           string   `yaml:"addr"`
+	URL            string   `yaml:"url"` // redis:// or rediss:// (TLS); overrides addr, db, username
+	DB             int      `yaml:"db"`
+	Username       string   `yaml:"username"`
+	PasswordFile   string   `yaml:"password_file"`
+	TLS            bool     `yaml:"tls"`
+	CAFile         string   `yaml:"ca_file"`
+	SentinelMaster string   `yaml:"sentinel_master"` // set to use Sentinel failover
+	SentinelAddrs  []string `yaml:"sentinel_addrs"`
+}
+
+// StorageConfig says which stores the worker may read and write.
+type StorageConfig struct {
+	FileRoot string   `yaml:"file_root"` // file:// URIs must lie under it; "" disables file://
+	S3       S3Config `yaml:"s3"`
+}
+
+// S3Config is the S3 store; keys come from the environment or key files.
+type S3Config struct {
+	Endpoint      string      `yaml:"endpoint"` // host:port; "" disables s3://
+	Region        string      `yaml:"region"`
+	TLS           bool        `yaml:"tls"`
+	CAFile        string      `yaml:"ca_file"`
+	AccessKeyFile string      `yaml:"access_key_file"`
+	SecretKeyFile string      `yaml:"secret_key_file"`
+	Allow         []AllowRule `yaml:"allow"`
+}
+
+// AllowRule permits a bucket, optionally only under a key prefix.
+type AllowRule struct {
+	Bucket string `yaml:"bucket"`
+	Prefix string `yaml:"prefix"`
+}
+
+// DevConfig is --dev: an embedded Redis and a local-disk store.
+type DevConfig struct {
+	Enabled   bool   `yaml:"enabled"`
+	RedisAddr string `yaml:"redis_addr"`
+	Dir       string `yaml:"dir"`
+}
+
+// secrets are kept out of the YAML on purpose.
+type secrets struct {
+	RedisPassword, S3AccessKey, S3SecretKey string
+	SigningKey                              []byte
+	from                                    map[string]string // secret -> where it came from
+}
+
+func defaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		Worker: host, Backend: "auto", Concurrency: 64,
+		Queues:   map[string]int{"rmsnorm": 1},
+		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute,
+		HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
+		BudgetBytes: 2 << 30,
+		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30},
+		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
+		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
+		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true}},
+		Dev:         DevConfig{RedisAddr: "127.0.0.1:6390", Dir: "./rmsgrad-dev"},
+	}
+}
+
+// loadConfig builds the effective configuration from args and the
+// environment. printOnly reports --print-config.
+func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (cfg Config, printOnly bool, err error) {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", getenv("RMSGRAD_CONFIG"), "YAML config file (env RMSGRAD_CONFIG)")
+	printCfg := fs.Bool("print-config", false, "print the effective configuration (secrets redacted) and exit")
+	dev := fs.Bool("dev", false, "dev mode: embedded Redis and a local-disk store; nothing to install")
+	redis := fs.String("redis", "", "Redis host:port, or a redis:// / rediss:// URL")
+	backend := fs.String("backend", "", "compute backend: auto|cpu|metal|cuda")
+	conc := fs.Int("concurrency", 0, "handler goroutines")
+	httpAddr := fs.String("http", "", "listen address of /metrics, /healthz, /readyz")
+	devRedis := fs.String("dev-redis", "", "dev mode: embedded Redis address")
+	devDir := fs.String("dev-dir", "", "dev mode: data directory (the file store's root)")
+	fileRoot := fs.String("file-root", "", "root of file:// tensors")
+	logLevel := fs.String("log-level", "", "debug|info|warn|error")
+	if err := fs.Parse(args); err != nil {
+		return cfg, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, false, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg = defaultConfig()
+	if *path != "" {
+		b, err := os.ReadFile(*path)
+		if err != nil {
+			return cfg, false, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true) // a misspelt key fails, naming it
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, false, fmt.Errorf("config %s: %w", *path, err)
+		}
+	}
+	if err := applyEnv(&cfg, getenv); err != nil {
+		return cfg, false, err
+	}
+	// Flags last: only the ones given.
+	var ferr error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "dev":
+			cfg.Dev.Enabled = *dev
+		case "redis":
+			if strings.Contains(*redis, "://") {
+				cfg.Redis.URL = *redis
+			} else {
+				cfg.Redis.Addr = *redis
+			}
+		case "backend":
+			cfg.Backend = *backend
+		case "concurrency":
+			cfg.Concurrency = *conc
+		case "http":
+			cfg.HTTPAddr = *httpAddr
+		case "dev-redis":
+			cfg.Dev.RedisAddr = *devRedis
+		case "dev-dir":
+			cfg.Dev.Dir = *devDir
+		case "file-root":
+			cfg.Storage.FileRoot = *fileRoot
+		case "log-level":
+			cfg.LogLevel = *logLevel
+		}
+	})
+	if ferr != nil {
+		return cfg, false, ferr
+	}
+	if err := loadSecrets(&cfg, getenv); err != nil {
+		return cfg, false, err
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, false, err
+	}
+	return cfg, *printCfg, nil
+}
+
+// envVars maps each overridable key to its variable.
+var envVars = []struct{ env, key string }{
+	{"RMSGRAD_WORKER", "worker"}, {"RMSGRAD_BACKEND", "backend"}, {"RMSGRAD_CONCURRENCY", "concurrency"},
+	{"RMSGRAD_SHUTDOWN_TIMEOUT", "shutdown_timeout"}, {"RMSGRAD_HTTP_ADDR", "http_addr"}, {"RMSGRAD_LOG_LEVEL", "log_level"},
+	{"RMSGRAD_BUDGET_BYTES", "budget_bytes"}, {"RMSGRAD_REDIS_ADDR", "redis.addr"}, {"RMSGRAD_REDIS_URL", "redis.url"},
+	{"RMSGRAD_REDIS_DB", "redis.db"}, {"RMSGRAD_REDIS_USERNAME", "redis.username"}, {"RMSGRAD_FILE_ROOT", "storage.file_root"},
+	{"RMSGRAD_S3_ENDPOINT", "storage.s3.endpoint"}, {"RMSGRAD_S3_REGION", "storage.s3.region"},
+	{"RMSGRAD_BATCH_MAX_JOBS", "batch.max_jobs"}, {"RMSGRAD_BATCH_MAX_WAIT", "batch.max_wait"},
+	{"RMSGRAD_DEV_REDIS_ADDR", "dev.redis_addr"}, {"RMSGRAD_DEV_DIR", "dev.dir"},
+}
+
+func applyEnv(cfg *Config, getenv func(string) string) error {
+	for _, e := range envVars {
+		v := getenv(e.env)
+		if v == "" {
+			continue
+		}
+		var err error
+		switch e.key {
+		case "worker":
+			cfg.Worker = v
+		case "backend":
+			cfg.Backend = v
+		case "concurrency":
+			cfg.Concurrency, err = strconv.Atoi(v)
+		case "shutdown_timeout":
+			cfg.Shutdown, err = time.ParseDuration(v)
+		case "http_addr":
+			cfg.HTTPAddr = v
+		case "log_level":
+			cfg.LogLevel = v
+		case "budget_bytes":
+			cfg.BudgetBytes, err = strconv.ParseInt(v, 10, 64)
+		case "redis.addr":
+			cfg.Redis.Addr = v
+		case "redis.url":
+			cfg.Redis.URL = v
+		case "redis.db":
+			cfg.Redis.DB, err = strconv.Atoi(v)
+		case "redis.username":
+			cfg.Redis.Username = v
+		case "storage.file_root":
+			cfg.Storage.FileRoot = v
+		case "storage.s3.endpoint":
+			cfg.Storage.S3.Endpoint = v
+		case "storage.s3.region":
+			cfg.Storage.S3.Region = v
+		case "batch.max_jobs":
+			cfg.Batch.MaxJobs, err = strconv.Atoi(v)
+		case "batch.max_wait":
+			cfg.Batch.MaxWait, err = time.ParseDuration(v)
+		case "dev.redis_addr":
+			cfg.Dev.RedisAddr = v
+		case "dev.dir":
+			cfg.Dev.Dir = v
+		}
+		if err != nil {
+			return fmt.Errorf("config: %s (from %s=%q): %w", e.key, e.env, v, err)
+		}
+	}
+	return nil
+}
+
+// loadSecrets reads each secret from its variable, else from its file.
+func loadSecrets(cfg *Config, getenv func(string) string) error {
+	s := &cfg.secrets
+	s.from = map[string]string{}
+	get := func(name, env, file, fileKey string) (string, error) {
+		if v := getenv(env); v != "" {
+			s.from[name] = "env " + env
+			return v, nil
+		}
+		if file == "" {
+			return "", nil
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("config: %s: %w", fileKey, err)
+		}
+		s.from[name] = fileKey + " " + file
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	var err error
+	if s.RedisPassword, err = get("redis password", "RMSGRAD_REDIS_PASSWORD", cfg.Redis.PasswordFile, "redis.password_file"); err != nil {
+		return err
+	}
+	if s.S3AccessKey, err = get("s3 access key", "RMSGRAD_S3_ACCESS_KEY", cfg.Storage.S3.AccessKeyFile, "storage.s3.access_key_file"); err != nil {
+		return err
+	}
+	if s.S3SecretKey, err = get("s3 secret key", "RMSGRAD_S3_SECRET_KEY", cfg.Storage.S3.SecretKeyFile, "storage.s3.secret_key_file"); err != nil {
+		return err
+	}
+	k, err := get("signing key", "RMSGRAD_SIGNING_KEY", cfg.SigningKeyFile, "signing_key_file")
+	if err != nil {
+		return err
+	}
+	if k != "" {
+		s.SigningKey = []byte(k)
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	switch c.Backend {
+	case "auto", "cpu", "metal", "cuda":
+	default:
+		return bad("backend", "%q is not one of auto, cpu, metal, cuda", c.Backend)
+	}
+	if c.Concurrency <= 0 {
+		return bad("concurrency", "must be > 0, got %d", c.Concurrency)
+	}
+	if len(c.Queues) == 0 {
+		return bad("queues", "at least one queue is needed")
+	}
+	for q, p := range c.Queues {
+		if q == "" || p <= 0 {
+			return bad("queues", "queue %q: priority must be > 0, got %d", q, p)
+		}
+	}
+	if c.Shutdown <= 0 {
+		return bad("shutdown_timeout", "must be > 0, got %v", c.Shutdown)
+	}
+	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
+		return bad("retry_base", "want 0 < retry_base <= retry_max, got %v and %v", c.RetryBase, c.RetryMax)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log_level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.BudgetBytes <= 0 {
+		return bad("budget_bytes", "must be > 0, got %d", c.BudgetBytes)
+	}
+	if c.Limits.MaxElements <= 0 || c.Limits.MaxElements > 1<<31-1 {
+		return bad("limits.max_elements", "must be in 1..%d, got %d", 1<<31-1, c.Limits.MaxElements)
+	}
+	if c.Limits.MaxJobBytes <= 0 {
+		return bad("limits.max_job_bytes", "must be > 0, got %d", c.Limits.MaxJobBytes)
+	}
+	if c.Batch.MaxJobs <= 0 {
+		return bad("batch.max_jobs", "must be > 0, got %d", c.Batch.MaxJobs)
+	}
+	if c.Batch.MaxBytes <= 0 {
+		return bad("batch.max_bytes", "must be > 0, got %d", c.Batch.MaxBytes)
+	}
+	if c.Batch.MaxWait <= 0 || c.Batch.MaxWait > time.Minute {
+		return bad("batch.max_wait", "must be in (0, 1m], got %v", c.Batch.MaxWait)
+	}
+	if c.Redis.URL != "" {
+		u, err := url.Parse(c.Redis.URL)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			return bad("redis.url", "want redis://[user:pass@]host:port[/db] or rediss://..., got a malformed URL")
+		}
+	}
+	if (c.Redis.SentinelMaster == "") != (len(c.Redis.SentinelAddrs) == 0) {
+		return bad("redis.sentinel_master", "sentinel_master and sentinel_addrs go together")
+	}
+	if c.Dev.Enabled && c.Dev.RedisAddr == "" {
+		return bad("dev.redis_addr", "must be set in dev mode")
+	}
+	if c.Dev.Enabled && c.Dev.Dir == "" {
+		return bad("dev.dir", "must be set in dev mode")
+	}
+	for i, r := range c.Storage.S3.Allow {
+		if r.Bucket == "" {
+			return bad(fmt.Sprintf("storage.s3.allow[%d].bucket", i), "must be set")
+		}
+	}
+	if c.Storage.S3.Endpoint != "" && (c.secrets.S3AccessKey == "") != (c.secrets.S3SecretKey == "") {
+		return bad("storage.s3.access_key_file", "the S3 access key and secret key go together")
+	}
+	return nil
+}
+
+// printConfig writes the effective configuration as YAML, then which
+// secrets are set and where from, never their values.
+func printConfig(w io.Writer, c Config) error {
+	if c.Redis.URL != "" {
+		if u, err := url.Parse(c.Redis.URL); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				u.User = url.UserPassword(u.User.Username(), "REDACTED")
+				c.Redis.URL = u.String()
+			}
+		}
+	}
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "# secrets (values never printed):")
+	for _, name := range []string{"redis password", "s3 access key", "s3 secret key", "signing key"} {
+		src, ok := c.secrets.from[name]
+		if !ok {
+			src = "not set"
+		} else {
+			src = "<redacted> from " + src
+		}
+		fmt.Fprintf(w, "#   %s: %s\n", name, src)
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigShippedFileIsValid(t *testing.T) {
+	cfg, _, err := loadConfig([]string{"--config", "../../configs/worker.yaml"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("configs/worker.yaml: %v", err)
+	}
+	def := defaultConfig()
+	def.Worker = cfg.Worker
+	if cfg.Batch != def.Batch || cfg.Limits != def.Limits || cfg.Shutdown != def.Shutdown || cfg.BudgetBytes != def.BudgetBytes {
+		t.Fatalf("configs/worker.yaml disagrees with the defaults it documents:\n%+v\n%+v", cfg, def)
+	}
+}
+
+func TestConfigInvalidNamesTheKey(t *testing.T) {
+	cases := []struct{ yaml, key string }{
+		{"batch:\n  max_jobz: 3\n", "max_jobz"},
+		{"batch:\n  max_jobs: 0\n", "batch.max_jobs"},
+		{"backend: tpu\n", "backend"},
+		{"concurrency: -1\n", "concurrency"},
+		{"limits:\n  max_elements: 99999999999\n", "limits.max_elements"},
+		{"redis:\n  url: http://x\n", "redis.url"},
+		{"redis:\n  password: hunter2\n", "password"}, // secrets never from the file
+		{"storage:\n  s3:\n    allow:\n      - prefix: a/\n", "storage.s3.allow[0].bucket"},
+		{"batch:\n  max_wait: forever\n", "forever"},
+	}
+	for _, c := range cases {
+		_, _, err := loadConfig([]string{"--config", writeFile(t, "w.yaml", c.yaml)}, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("config %q: error %v does not name %q", c.yaml, err, c.key)
+		}
+	}
+	_, _, err := loadConfig(nil, env(map[string]string{"RMSGRAD_CONCURRENCY": "many"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "concurrency") || !strings.Contains(err.Error(), "RMSGRAD_CONCURRENCY") {
+		t.Errorf("bad env value: %v", err)
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	file := writeFile(t, "w.yaml", "concurrency: 8\nbackend: cpu\nredis:\n  addr: file:1\nbatch:\n  max_wait: 7ms\n")
+	cfg, _, err := loadConfig([]string{"--config", file, "--backend", "cuda"},
+		env(map[string]string{"RMSGRAD_REDIS_ADDR": "env:2", "RMSGRAD_BACKEND": "metal"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Concurrency != 8 || cfg.Batch.MaxWait != 7*time.Millisecond {
+		t.Fatalf("file values lost: %+v", cfg)
+	}
+	if cfg.Redis.Addr != "env:2" {
+		t.Fatalf("env did not override the file: redis.addr = %q", cfg.Redis.Addr)
+	}
+	if cfg.Backend != "cuda" {
+		t.Fatalf("flag did not override env: backend = %q", cfg.Backend)
+	}
+}
+
+func TestPrintConfigRedactsSecrets(t *testing.T) {
+	keyFile := writeFile(t, "sk", "s3-secret-value\n")
+	file := writeFile(t, "w.yaml", "redis:\n  url: rediss://bob:url-password@r:6380/2\nstorage:\n  s3:\n    endpoint: s3:9000\n    secret_key_file: "+keyFile+"\n")
+	e := env(map[string]string{"RMSGRAD_REDIS_PASSWORD": "redis-pw-value", "RMSGRAD_S3_ACCESS_KEY": "access-value", "RMSGRAD_SIGNING_KEY": "sign-value"})
+	var out bytes.Buffer
+	if err := run([]string{"--config", file, "--print-config"}, e, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, secret := range []string{"redis-pw-value", "s3-secret-value", "access-value", "sign-value", "url-password"} {
+		if strings.Contains(s, secret) {
+			t.Fatalf("--print-config leaks %q:\n%s", secret, s)
+		}
+	}
+	for _, want := range []string{"concurrency: 64", "max_jobs: 32", "REDACTED", "redis password: <redacted> from env RMSGRAD_REDIS_PASSWORD",
+		"s3 secret key: <redacted> from storage.s3.secret_key_file", "signing key: <redacted>"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("--print-config lacks %q:\n%s", want, s)
+		}
+	}
+	cfg, _, err := loadConfig([]string{"--config", file}, e, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.secrets.S3SecretKey != "s3-secret-value" || string(cfg.secrets.SigningKey) != "sign-value" {
+		t.Fatal("secrets not loaded from env and file")
+	}
+}

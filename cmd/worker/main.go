@@ -1,0 +1,180 @@
+// Command worker is the rmsgrad queue worker: an asynq server whose handler
+// fetches each job's tensors into backend buffers, batches jobs into one
+// command buffer per batch, and stores the gradients. See configs/worker.yaml
+// for every setting, and --dev for a one-process setup with nothing
+// installed.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/rmsgrad/rmsgrad/jobs"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, printOnly, err := loadConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if printOnly {
+		return printConfig(stdout, cfg)
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("worker", cfg.Worker)
+	slog.SetDefault(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if cfg.Dev.Enabled {
+		m, err := startDev(&cfg)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		fmt.Fprintf(stdout, "dev mode: embedded redis on %s, file store root %s\n", m.Addr(), cfg.Storage.FileRoot)
+		log.Info("dev mode", "redis", m.Addr(), "root", cfg.Storage.FileRoot)
+	}
+	redis, err := redisOpt(cfg)
+	if err != nil {
+		return err
+	}
+	be, err := openBackend(cfg.Backend, log)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := jobs.NewMetrics(reg)
+	batcher := jobs.NewBatcher(be, jobs.BatchConfig{MaxJobs: cfg.Batch.MaxJobs, MaxBytes: cfg.Batch.MaxBytes, MaxWait: cfg.Batch.MaxWait}, metrics, log)
+	h, err := jobs.NewHandler(jobs.HandlerConfig{
+		Backend: be, Batcher: batcher, Store: store, Budget: jobs.NewBudget(cfg.BudgetBytes),
+		Limits:     jobs.Limits{MaxElements: cfg.Limits.MaxElements, MaxBytes: cfg.Limits.MaxJobBytes},
+		SigningKey: cfg.secrets.SigningKey, Worker: cfg.Worker, Metrics: metrics, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	srv := asynq.NewServer(redis, asynq.Config{
+		Concurrency:     cfg.Concurrency,
+		Queues:          cfg.Queues,
+		StrictPriority:  cfg.StrictPrio,
+		RetryDelayFunc:  jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
+		ShutdownTimeout: cfg.Shutdown,
+		Logger:          asynqLogger{log.With("component", "asynq")},
+		LogLevel:        asynq.WarnLevel,
+	})
+	insp := asynq.NewInspector(redis)
+	defer insp.Close()
+	reg.MustRegister(newQueueCollector(insp, slices.Sorted(maps.Keys(cfg.Queues))))
+	if cfg.HTTPAddr != "" {
+		addr, err := serveHTTP(ctx, cfg.HTTPAddr, reg, readiness{srv: srv, store: store, be: be}, log)
+		if err != nil {
+			return err
+		}
+		log.Info("http listening", "addr", addr, "paths", "/metrics /healthz /readyz")
+	}
+	mux := asynq.NewServeMux()
+	h.Register(mux)
+	if err := srv.Start(mux); err != nil {
+		return fmt.Errorf("asynq server: %w", err)
+	}
+	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues,
+		"concurrency", cfg.Concurrency, "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes)
+
+	<-ctx.Done()
+	stop() // a second signal kills the process the default way
+	log.Info("signal received: no new jobs; finishing the batches in flight", "shutdown_timeout", cfg.Shutdown)
+	// Shutdown stops fetching and waits for active handlers (which need the
+	// batcher running) up to ShutdownTimeout; jobs still running after that
+	// go back to the queue. Then the batcher drains what it still holds.
+	srv.Shutdown()
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown)
+	defer cancel()
+	if err := batcher.Close(dctx); err != nil {
+		return err
+	}
+	log.Info("worker stopped")
+	return nil
+}
+
+// redisOpt turns the redis section (and its secret) into asynq's option.
+func redisOpt(cfg Config) (asynq.RedisConnOpt, error) {
+	rc := cfg.Redis
+	var tlsCfg *tls.Config
+	if rc.TLS || rc.CAFile != "" {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		if rc.CAFile != "" {
+			pem, err := os.ReadFile(rc.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("config: redis.ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, errors.New("config: redis.ca_file: no PEM certificates in it")
+			}
+			tlsCfg.RootCAs = pool
+		}
+	}
+	pw := cfg.secrets.RedisPassword
+	if rc.SentinelMaster != "" {
+		return asynq.RedisFailoverClientOpt{MasterName: rc.SentinelMaster, SentinelAddrs: rc.SentinelAddrs,
+			Username: rc.Username, Password: pw, DB: rc.DB, TLSConfig: tlsCfg}, nil
+	}
+	if rc.URL != "" {
+		opt, err := asynq.ParseRedisURI(rc.URL)
+		if err != nil {
+			return nil, fmt.Errorf("config: redis.url: %w", err)
+		}
+		c, ok := opt.(asynq.RedisClientOpt)
+		if !ok {
+			return opt, nil
+		}
+		if pw != "" && c.Password == "" {
+			c.Password = pw
+		}
+		if tlsCfg != nil && c.TLSConfig != nil {
+			c.TLSConfig.RootCAs = tlsCfg.RootCAs
+		}
+		return c, nil
+	}
+	return asynq.RedisClientOpt{Addr: rc.Addr, DB: rc.DB, Username: rc.Username, Password: pw, TLSConfig: tlsCfg}, nil
+}
+
+// asynqLogger routes asynq's own logs into slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
+)
+
+// addS3 registers the S3 store of the storage.s3 section on rs.
+func addS3(ctx context.Context, cfg Config, rs *routerStore) error {
+	c := cfg.Storage.S3
+	sc := s3.Config{Endpoint: c.Endpoint, Region: c.Region, AccessKey: cfg.secrets.S3AccessKey,
+		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile}
+	for _, a := range c.Allow {
+		r := s3.AllowRule{Bucket: a.Bucket}
+		if a.Prefix != "" {
+			r.Prefixes = []string{a.Prefix}
+		}
+		sc.Allow = append(sc.Allow, r)
+	}
+	st, err := s3.New(ctx, sc)
+	if err != nil {
+		return fmt.Errorf("config: storage.s3: %w", err)
+	}
+	rs.r.Register("s3", st)
+	for _, a := range c.Allow {
+		rs.pings = append(rs.pings, func(ctx context.Context) error {
+			_, err := st.Stat(ctx, storage.Ref{Scheme: "s3", Bucket: a.Bucket, Key: a.Prefix + ".rmsgrad-ping"})
+			return err
+		})
+	}
+	return nil
+}
