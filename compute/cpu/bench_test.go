@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/computetest"
@@ -167,4 +168,38 @@ func BenchmarkBatch256(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N*len(jobs))/b.Elapsed().Seconds(), "jobs/s")
 	})
+}
+
+// BenchmarkRatio alternates one backward and one copy() of the same
+// 12*rows*dim bytes in every iteration and reports their throughput ratio
+// (ours/copy, 1 = copy's rate). Interleaving makes the ratio robust to the
+// load of a shared machine, which shifts separate benchmarks by 2x.
+func BenchmarkRatio(b *testing.B) {
+	be := New()
+	for _, s := range benchShapes {
+		b.Run(fmt.Sprintf("%dx%d", s[0], s[1]), func(b *testing.B) {
+			j := newBenchJob(b, be, 1, s[0], s[1])
+			cb := compute.NewCommandBuffer(be)
+			n := 12 * s[0] * s[1]
+			src, dst := make([]byte, n), make([]byte, n)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			copy(dst, src)
+			var ours, cp time.Duration
+			b.SetBytes(int64(n))
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				cb.Reset()
+				recordAll(b, cb, []*benchJob{j})
+				commit(b, cb)
+				t1 := time.Now()
+				copy(dst, src)
+				cp += time.Since(t1)
+				ours += t1.Sub(t0)
+			}
+			b.ReportMetric(float64(cp)/float64(ours), "ours/copy")
+		})
+	}
 }
