@@ -1,0 +1,175 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/file"
+	"github.com/rmsgrad/rmsgrad/storage/safetensors"
+)
+
+func fileRouter(t *testing.T) (*storage.Router, string) {
+	t.Helper()
+	dir := t.TempDir()
+	fs, err := file.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	r := storage.NewRouter()
+	r.Register("file", fs)
+	return r, fs.Root()
+}
+
+func TestParseRef(t *testing.T) {
+	good := map[string]storage.Ref{
+		"s3://b/k/x.safetensors#dy": {Scheme: "s3", Bucket: "b", Key: "k/x.safetensors", Name: "dy"},
+		"s3://b/k":                  {Scheme: "s3", Bucket: "b", Key: "k"},
+		"file:///data/in.st#x":      {Scheme: "file", Key: "/data/in.st", Name: "x"},
+	}
+	for uri, want := range good {
+		got, err := storage.ParseRef(uri)
+		if err != nil || got != want {
+			t.Errorf("ParseRef(%q) = %+v, %v; want %+v", uri, got, err, want)
+		}
+		if got.String() != uri {
+			t.Errorf("String() = %q, want %q", got.String(), uri)
+		}
+	}
+	for _, uri := range []string{"", "b/k", "http://b/k", "s3://b", "s3:///k", "s3://b/", "s3://b/a/../k",
+		"s3://b/a//k", "s3://user:secret@b/k", "file://host/x", "file:///a/./b", "file:///a/../etc/passwd",
+		"s3://b/k#", "s3://b/k?x=1", "s3://b/k%2e", "s3://b/k\n"} {
+		_, err := storage.ParseRef(uri)
+		if !errors.Is(err, storage.ErrInvalidURI) || !storage.Permanent(err) {
+			t.Errorf("ParseRef(%q) = %v, want ErrInvalidURI", uri, err)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("error leaks credentials: %v", err)
+		}
+	}
+}
+
+func TestRouterFile(t *testing.T) {
+	ctx := context.Background()
+	r, dir := fileRouter(t)
+	uri := "file://" + dir + "/sub/io.safetensors"
+	x := make([]float32, 64*33)
+	for i := range x {
+		x[i] = float32(i) * 0.5
+	}
+	res, err := r.Write(ctx, uri, []storage.OutTensor{
+		safetensors.F32("x", []int{64, 33}, x),
+		safetensors.F32("w", []int{33}, x[:33]),
+		{Name: "h", DType: "F16", Shape: []int{2}, Data: []byte{0, 0x3c, 0, 0x40}},
+	}, map[string]string{"run": "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.SHA256) != 3 || len(res.SHA256["x"]) != 64 {
+		t.Fatalf("sha256s %v", res.SHA256)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "sub/io.safetensors")); fi == nil || fi.Size() != res.Bytes {
+		t.Fatalf("file size %v, want %d", fi, res.Bytes)
+	}
+	got := fetchF32(t, r, uri+"#x", []int{64, 33})
+	for i := range got {
+		if got[i] != x[i] {
+			t.Fatalf("x[%d] = %v, want %v", i, got[i], x[i])
+		}
+	}
+	if w := fetchF32(t, r, uri+"#w", []int{33}); w[32] != x[32] {
+		t.Fatalf("w[32] = %v", w[32])
+	}
+	_, err = r.Head(ctx, uri+"#h")
+	if !errors.Is(err, storage.ErrDType) || !strings.Contains(err.Error(), "supported: F32") || !strings.Contains(err.Error(), `tensor "h"`) {
+		t.Errorf("F16 head: %v", err)
+	}
+	if _, err = r.Head(ctx, uri); !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "holds 3 tensors") {
+		t.Errorf("head without a name: %v", err)
+	}
+	if _, err = r.Head(ctx, uri+"#nope"); !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), uri+"#nope") {
+		t.Errorf("missing tensor: %v", err)
+	}
+	if _, err = r.Head(ctx, "file://"+dir+"/absent"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("missing file: %v", err)
+	}
+	info, _ := r.Head(ctx, uri+"#x")
+	if err := r.Fetch(ctx, info, make([]byte, info.Size-1)); err == nil {
+		t.Error("fetch into a short buffer succeeded")
+	}
+	// Replacing the object between Head and Fetch is detected, not mixed.
+	if _, err := r.Write(ctx, uri, []storage.OutTensor{safetensors.F32("x", []int{64, 33}, make([]float32, 64*33))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Fetch(ctx, info, make([]byte, info.Size)); !errors.Is(err, storage.ErrChanged) || storage.Permanent(err) {
+		t.Errorf("fetch of a replaced object: %v, want transient ErrChanged", err)
+	}
+	// A truncated object is a format error naming the sizes.
+	p := filepath.Join(dir, "trunc.safetensors")
+	b, _ := os.ReadFile(filepath.Join(dir, "sub/io.safetensors"))
+	_ = os.WriteFile(p, b[:len(b)-4], 0o644)
+	if _, err := r.Head(ctx, "file://"+p+"#x"); !errors.Is(err, storage.ErrFormat) || !strings.Contains(err.Error(), "but the object is") {
+		t.Errorf("truncated: %v", err)
+	}
+	// Put uploads raw bytes.
+	if err := r.Put(ctx, "file://"+dir+"/raw.safetensors", bytes.NewReader(b), int64(len(b))); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Put(ctx, "file://"+dir+"/raw2", bytes.NewReader(b), int64(len(b))+1); err == nil {
+		t.Error("put of a short body succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "raw2")); !os.IsNotExist(err) {
+		t.Error("a failed put left a file behind")
+	}
+}
+
+func TestRouterAllowList(t *testing.T) {
+	ctx := context.Background()
+	r, dir := fileRouter(t)
+	outside := t.TempDir()
+	_ = os.WriteFile(filepath.Join(outside, "secret"), []byte("xxxxxxxxxxxxxxxx"), 0o644)
+	if err := os.Symlink(outside, filepath.Join(dir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "leak")); err != nil {
+		t.Fatal(err)
+	}
+	for _, uri := range []string{"file://" + outside + "/secret", "file:///etc/passwd"} {
+		if err := r.Check(uri, false); !errors.Is(err, storage.ErrNotAllowed) {
+			t.Errorf("Check(%s) = %v", uri, err)
+		}
+	}
+	if err := r.Check("file://"+dir+"/../x", false); !errors.Is(err, storage.ErrInvalidURI) {
+		t.Errorf(".. : %v", err)
+	}
+	if err := r.Check("s3://b/k", false); !errors.Is(err, storage.ErrNotAllowed) {
+		t.Errorf("unconfigured scheme: %v", err)
+	}
+	for _, uri := range []string{"file://" + dir + "/escape/secret", "file://" + dir + "/leak"} {
+		_, err := r.Head(ctx, uri)
+		if !errors.Is(err, storage.ErrNotAllowed) || !storage.Permanent(err) {
+			t.Errorf("Head(%s) through a symlink out of the root = %v, want ErrNotAllowed", uri, err)
+		}
+	}
+	// Writing into a symlinked directory that leaves the root is refused.
+	_, err := r.Write(ctx, "file://"+dir+"/escape/out", []storage.OutTensor{safetensors.F32("x", []int{1}, []float32{1})}, nil)
+	if !errors.Is(err, storage.ErrNotAllowed) {
+		t.Errorf("Write through an escaping directory link = %v, want ErrNotAllowed", err)
+	}
+	// Writing over a symlink replaces the link (rename), never its target.
+	if _, err := r.Write(ctx, "file://"+dir+"/leak", []storage.OutTensor{safetensors.F32("x", []int{1}, []float32{1})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "leak")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("leak is %v, %v; want a regular file inside the root", fi, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "xxxxxxxxxxxxxxxx" {
+		t.Error("a write through a symlink changed a file outside the root")
+	}
+}
