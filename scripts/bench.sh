@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 deps_servers
 deps_cxx
-redis-server --version; versitygw --version | head -1
+redis-server --version; versitygw --version | sed -n 1p
 go build -o bin/bench ./cmd/bench
 # shellcheck disable=SC2086
 exec bin/bench -out report -worker bin/worker ${BENCH_FLAGS:-} "$@"

@@ -34,7 +34,8 @@ type opener struct {
 	open func(ctx context.Context, dir string) (compute.Backend, error)
 	// maxJobs caps the jobs per shape for a backend that exists to check
 	// the shader rather than to be fast (msl-cpu pipes every buffer through
-	// a child process); 0 means no cap.
+	// a child process); 0 means no cap, -1 skips the shape (msl-cpu takes
+	// about a minute per large job).
 	maxJobs map[string]int
 }
 
@@ -54,7 +55,7 @@ var backendOpeners = []opener{
 			return nil, fmt.Errorf("not present: build the msl-cpu driver (needs g++): %w", err)
 		}
 		return mslcpu.Open(mslcpu.Options{Driver: driver})
-	}, maxJobs: map[string]int{"small": 20, "medium": 5, "large": 1}},
+	}, maxJobs: map[string]int{"small": 20, "medium": 5, "large": -1}},
 	{name: "metal", open: func(context.Context, string) (compute.Backend, error) {
 		if runtime.GOOS != "darwin" {
 			return nil, fmt.Errorf("not present: metal runs on darwin only: %w", compute.ErrUnsupported)
@@ -200,6 +201,9 @@ func benchCompute(ctx context.Context, dir string, shapes []shape) ([]computeRes
 			n := s.Jobs
 			if c := o.maxJobs[s.Name]; c > 0 {
 				n = min(n, c)
+			} else if c < 0 {
+				out = append(out, computeResult{Backend: o.name, Shape: s, Missing: "skipped for " + s.Name + ": too slow to be worth the run time"})
+				continue
 			}
 			r, err := benchBackend(ctx, b, s, n)
 			if err != nil {

@@ -141,7 +141,11 @@ func run(ctx context.Context, o options) error {
 			switch {
 			case c.Backend == "memcopy":
 			case c.Missing != "":
-				rep.Rows = append(rep.Rows, row{Section: "compute", What: c.Backend, Figure: c.Missing})
+				what := c.Backend
+				if c.Shape.Name != "" {
+					what += " " + c.Shape.Name
+				}
+				rep.Rows = append(rep.Rows, row{Section: "compute", What: what, Figure: c.Missing})
 			default:
 				m := copies[c.Shape.Name]
 				rep.Rows = append(rep.Rows, ratioRow("compute", fmt.Sprintf("%s %s %dx%d", c.Backend, c.Shape.Name, c.Shape.Rows, c.Shape.Dim),
