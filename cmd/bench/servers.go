@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rmsgrad/rmsgrad/internal/procattr"
 )
 
 // server is a child server process started by the harness. It mirrors
@@ -78,7 +80,7 @@ func startServer(ctx context.Context, name, bin, addr, dir string, args []string
 	cmd.Dir = dir
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procattr.Child()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

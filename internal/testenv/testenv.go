@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rmsgrad/rmsgrad/internal/procattr"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -108,7 +110,7 @@ func (s *Server) Start() {
 	cmd.Dir = s.Dir
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procattr.Child()
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("testenv: start %s: %v", s.bin, err)
 	}
