@@ -1,0 +1,186 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"gopkg.in/yaml.v3"
+)
+
+// config is the CLI's connection settings. Precedence: flags, then
+// environment, then the YAML file (--config, default configs/enqueue.yaml
+// when present), then defaults. Secrets come only from the environment or
+// from files named in the config, never from flags or the YAML itself.
+type config struct {
+	Redis struct {
+		// Addr is host:port, or a redis:// or rediss:// URL.
+		Addr     string `yaml:"addr"`
+		DB       int    `yaml:"db"`
+		Username string `yaml:"username"`
+		// PasswordFile names a file holding the password; the password
+		// itself comes from RMSGRAD_REDIS_PASSWORD or this file.
+		PasswordFile string `yaml:"password_file"`
+		TLS          bool   `yaml:"tls"`
+	} `yaml:"redis"`
+	Queue     string        `yaml:"queue"`
+	Retention time.Duration `yaml:"retention"`
+	MaxRetry  int           `yaml:"max_retry"`
+	Timeout   time.Duration `yaml:"timeout"`
+	Storage   storageConfig `yaml:"storage"`
+	// SigningKeyFile names a file with the HMAC key (or RMSGRAD_SIGNING_KEY).
+	SigningKeyFile string `yaml:"signing_key_file"`
+
+	password   string
+	signingKey []byte
+}
+
+type storageConfig struct {
+	// FileRoot is the directory file:// URIs must stay inside.
+	FileRoot string `yaml:"file_root"`
+	S3       struct {
+		Endpoint string `yaml:"endpoint"`
+		Region   string `yaml:"region"`
+		TLS      bool   `yaml:"tls"`
+		CAFile   string `yaml:"ca_file"`
+		// Buckets the CLI may upload to (and read results from).
+		Buckets []string `yaml:"buckets"`
+		// Credentials come from RMSGRAD_S3_ACCESS_KEY / RMSGRAD_S3_SECRET_KEY.
+	} `yaml:"s3"`
+	// UploadPrefix is where local files given to submit are uploaded:
+	// s3://bucket/prefix/ or file:///dir/.
+	UploadPrefix string `yaml:"upload_prefix"`
+
+	accessKey, secretKey string
+}
+
+func defaultConfig() config {
+	var c config
+	c.Redis.Addr = "127.0.0.1:6379"
+	c.Queue = "rmsnorm"
+	c.Retention = 24 * time.Hour
+	c.MaxRetry = 10
+	c.Timeout = 10 * time.Minute
+	c.Storage.S3.Region = "us-east-1"
+	return c
+}
+
+// connFlags are the flags every subcommand shares.
+type connFlags struct {
+	configPath, redis, queue, root, uploadPrefix string
+	json                                         bool
+}
+
+func (f *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.configPath, "config", "", "YAML config file (default configs/enqueue.yaml if present)")
+	fs.StringVar(&f.redis, "redis", "", "Redis address host:port or redis[s]:// URL (env RMSGRAD_REDIS_ADDR)")
+	fs.StringVar(&f.queue, "queue", "", "queue name (env RMSGRAD_QUEUE; default rmsnorm)")
+	fs.StringVar(&f.root, "root", "", "file store root for file:// URIs (env RMSGRAD_FILE_ROOT)")
+	fs.StringVar(&f.uploadPrefix, "upload-prefix", "", "where local files are uploaded: s3://bucket/prefix/ or file:///dir/ (env RMSGRAD_UPLOAD_PREFIX)")
+	fs.BoolVar(&f.json, "json", false, "print machine-readable JSON")
+}
+
+func loadConfig(f *connFlags) (config, error) {
+	c := defaultConfig()
+	path := f.configPath
+	if path == "" {
+		path = os.Getenv("RMSGRAD_ENQUEUE_CONFIG")
+	}
+	explicit := path != ""
+	if path == "" {
+		path = "configs/enqueue.yaml"
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+	} else if explicit {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	env := func(k string, dst *string) {
+		if v := os.Getenv(k); v != "" {
+			*dst = v
+		}
+	}
+	env("RMSGRAD_REDIS_ADDR", &c.Redis.Addr)
+	env("RMSGRAD_REDIS_USERNAME", &c.Redis.Username)
+	env("RMSGRAD_QUEUE", &c.Queue)
+	env("RMSGRAD_FILE_ROOT", &c.Storage.FileRoot)
+	env("RMSGRAD_UPLOAD_PREFIX", &c.Storage.UploadPrefix)
+	env("RMSGRAD_S3_ENDPOINT", &c.Storage.S3.Endpoint)
+	for _, kv := range []struct {
+		flag string
+		dst  *string
+	}{{f.redis, &c.Redis.Addr}, {f.queue, &c.Queue}, {f.root, &c.Storage.FileRoot}, {f.uploadPrefix, &c.Storage.UploadPrefix}} {
+		if kv.flag != "" {
+			*kv.dst = kv.flag
+		}
+	}
+	var err error
+	if c.password, err = secret("RMSGRAD_REDIS_PASSWORD", c.Redis.PasswordFile, "redis.password_file"); err != nil {
+		return c, err
+	}
+	key, err := secret("RMSGRAD_SIGNING_KEY", c.SigningKeyFile, "signing_key_file")
+	if err != nil {
+		return c, err
+	}
+	if key != "" {
+		c.signingKey = []byte(key)
+	}
+	c.Storage.accessKey = os.Getenv("RMSGRAD_S3_ACCESS_KEY")
+	c.Storage.secretKey = os.Getenv("RMSGRAD_S3_SECRET_KEY")
+	if c.Queue == "" {
+		return c, errors.New("config: queue: must not be empty")
+	}
+	return c, nil
+}
+
+// secret reads a secret from an environment variable or, failing that, a
+// file. The error names the key, never the value.
+func secret(envVar, file, key string) (string, error) {
+	if v := os.Getenv(envVar); v != "" {
+		return v, nil
+	}
+	if file == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("config: %s: %w", key, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// redisOpt turns the Redis settings into asynq's connection option.
+func (c *config) redisOpt() (asynq.RedisConnOpt, error) {
+	addr := c.Redis.Addr
+	if strings.HasPrefix(addr, "redis://") || strings.HasPrefix(addr, "rediss://") {
+		opt, err := asynq.ParseRedisURI(addr)
+		if err != nil {
+			return nil, fmt.Errorf("config: redis.addr: %w", err)
+		}
+		if o, ok := opt.(asynq.RedisClientOpt); ok {
+			if c.password != "" {
+				o.Password = c.password
+			}
+			if c.Redis.Username != "" {
+				o.Username = c.Redis.Username
+			}
+			return o, nil
+		}
+		return opt, nil
+	}
+	o := asynq.RedisClientOpt{Addr: addr, DB: c.Redis.DB, Username: c.Redis.Username, Password: c.password}
+	if c.Redis.TLS {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return o, nil
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rmsgrad/rmsgrad/jobs"
+	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/file"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
+)
+
+func openClient(c config) (*jobs.Client, error) {
+	opt, err := c.redisOpt()
+	if err != nil {
+		return nil, err
+	}
+	opts := []jobs.ClientOption{jobs.WithQueue(c.Queue), jobs.WithRetention(c.Retention),
+		jobs.WithMaxRetry(c.MaxRetry), jobs.WithTimeout(c.Timeout)}
+	if c.signingKey != nil {
+		opts = append(opts, jobs.WithSigningKey(c.signingKey))
+	}
+	return jobs.NewClient(opt, opts...), nil
+}
+
+// openStorage builds the router the CLI uploads inputs and reads outputs
+// through: the file store when a root is set, S3 when an endpoint is.
+func openStorage(ctx context.Context, c config) (*storage.Router, error) {
+	r := storage.NewRouter()
+	if c.Storage.FileRoot != "" {
+		fs, err := file.New(c.Storage.FileRoot)
+		if err != nil {
+			return nil, fmt.Errorf("config: storage.file_root: %w", err)
+		}
+		r.Register("file", fs)
+	}
+	if c.Storage.S3.Endpoint != "" {
+		cfg := s3.Config{
+			Endpoint:  c.Storage.S3.Endpoint,
+			Region:    c.Storage.S3.Region,
+			AccessKey: c.Storage.accessKey,
+			SecretKey: c.Storage.secretKey,
+			TLS:       c.Storage.S3.TLS,
+			CAFile:    c.Storage.S3.CAFile,
+		}
+		for _, b := range c.Storage.S3.Buckets {
+			cfg.Allow = append(cfg.Allow, s3.AllowRule{Bucket: b})
+		}
+		st, err := s3.New(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("config: storage.s3: %w", err)
+		}
+		r.Register("s3", st)
+	}
+	return r, nil
+}
