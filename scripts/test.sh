@@ -20,7 +20,9 @@ command -v redis-server >/dev/null || apt_install redis-server
 command -v g++ >/dev/null || apt_install g++
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
 VERSITYGW_VERSION=v1.8.0
-if ! command -v versitygw >/dev/null || ! versitygw --version 2>/dev/null | grep -q "${VERSITYGW_VERSION#v}"; then
+# versitygw built by go install reports "Version: git", so read the module
+# version the binary was built from instead.
+if ! command -v versitygw >/dev/null || ! go version -m "$(command -v versitygw)" 2>/dev/null | grep -q "versitygw[[:space:]]*${VERSITYGW_VERSION}"; then
 	echo "building versitygw ${VERSITYGW_VERSION} (a few minutes the first time)"
 	(cd /tmp && go install "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}")
 fi
