@@ -25,6 +25,10 @@ bench: build
 vet:
 	$(GO) vet ./...
 
+## darwin-check: type-check the darwin-only Metal code (and its tests) on any OS
+darwin-check:
+	$(GO) run ./internal/darwincheck ./metal/...
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
