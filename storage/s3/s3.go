@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -45,6 +46,16 @@ type Config struct {
 	// Backoff is the retry policy for transient failures; the zero value
 	// means storage.DefaultBackoff.
 	Backoff storage.Backoff
+	// StallTimeout aborts and retries (from where it stopped) a read that
+	// got no bytes for this long: a gateway that hangs without closing the
+	// connection is a transient failure, not a hung worker. 0 means 30 s.
+	StallTimeout time.Duration
+	// SignPayload signs PUT bodies over plain HTTP (aws-chunked, a SHA-256
+	// of the data and an HMAC per 64 KiB chunk). Off by default: Write
+	// already records a sha256 of every tensor, and it costs ~10% of a
+	// worker's CPU (cmd/bench profile). Over TLS minio-go never signs
+	// payloads.
+	SignPayload bool
 	// MaxIdleConns is the idle connection pool per host; 0 means 256. The
 	// transport default (16) makes busy workers dial and close a connection
 	// per request.
@@ -60,6 +71,8 @@ type Store struct {
 	allow   []AllowRule
 	part    uint64
 	backoff storage.Backoff
+	stall   time.Duration
+	sign    bool
 	host    string
 }
 
@@ -137,7 +150,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if b == (storage.Backoff{}) {
 		b = storage.DefaultBackoff
 	}
-	return &Store{core: minio.Core{Client: c}, allow: cfg.Allow, part: cfg.PartSize, backoff: b, host: cfg.Endpoint}, nil
+	stall := cfg.StallTimeout
+	if stall <= 0 {
+		stall = 30 * time.Second
+	}
+	return &Store{core: minio.Core{Client: c}, allow: cfg.Allow, part: cfg.PartSize, backoff: b,
+		stall: stall, sign: cfg.SignPayload, host: cfg.Endpoint}, nil
 }
 
 // Client returns the underlying minio-go client (benchmarks compare with it).
@@ -202,6 +220,14 @@ func retryable(err error) bool {
 	return errors.As(err, &t)
 }
 
+// accessCodes are the S3 error codes that mean the credentials or the
+// policy are wrong, whatever the HTTP status.
+var accessCodes = map[string]bool{
+	"AccessDenied": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
+	"XAdminUserNotFound": true, "InvalidToken": true, "ExpiredToken": true,
+	"AuthorizationHeaderMalformed": true, "AllAccessDisabled": true, "AccountProblem": true,
+}
+
 // classify maps a minio-go or transport error to the storage sentinels and
 // marks the transient ones.
 func classify(err error) error {
@@ -218,11 +244,12 @@ func classify(err error) error {
 			msg += ": " + resp.Message
 		}
 		switch {
+		// Credential codes first: versitygw answers an unknown access key
+		// with 404 XAdminUserNotFound, which is not a missing object.
+		case accessCodes[resp.Code] || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
+			return fmt.Errorf("%w: %s (check the worker's S3 credentials and policy)", storage.ErrAccess, msg)
 		case resp.Code == "NoSuchKey" || resp.Code == "NoSuchBucket" || resp.StatusCode == http.StatusNotFound:
 			return fmt.Errorf("%w: %s", storage.ErrNotFound, msg)
-		case resp.Code == "AccessDenied" || resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch" ||
-			resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
-			return fmt.Errorf("%w: %s (check the worker's S3 credentials and policy)", storage.ErrAccess, msg)
 		case resp.Code == "PreconditionFailed" || resp.StatusCode == http.StatusPreconditionFailed:
 			return fmt.Errorf("%w: %s", storage.ErrChanged, msg)
 		case resp.Code == "InvalidRange" || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
@@ -264,7 +291,11 @@ func (s *Store) Stat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, 
 	err := s.retry(ctx, func(ctx context.Context) error {
 		oi, err := s.core.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
 		if err != nil {
-			return classify(err)
+			err = classify(err)
+			if errors.Is(err, storage.ErrNotFound) {
+				err = s.whyNotFound(ctx, ref, err)
+			}
+			return err
 		}
 		info = storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}
 		return nil
@@ -272,8 +303,30 @@ func (s *Store) Stat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, 
 	return info, err
 }
 
-// ReadAt range-reads len(p) bytes at off straight into p. A body cut short
-// is resumed from where it stopped, pinned to the same version.
+// whyNotFound explains a HEAD answered 404. A HEAD response has no body,
+// so a missing key, a missing bucket and (on versitygw) an unknown access
+// key all look alike; a one-byte GET returns the server's error code.
+func (s *Store) whyNotFound(ctx context.Context, ref storage.Ref, headErr error) error {
+	var opts minio.GetObjectOptions
+	_ = opts.SetRange(0, 0)
+	body, _, _, err := s.core.GetObject(ctx, ref.Bucket, ref.Key, opts)
+	if err == nil {
+		body.Close()
+		return headErr // it exists now: report what HEAD saw; a retry of the job will find it
+	}
+	if c := classify(err); errors.Is(c, storage.ErrNotFound) || errors.Is(c, storage.ErrAccess) {
+		return c
+	}
+	return headErr
+}
+
+// errStalled is the cause of an attempt that StallTimeout aborted.
+var errStalled = errors.New("stalled")
+
+// ReadAt range-reads len(p) bytes at off straight into p (no intermediate
+// buffer). A body cut short or stalled is resumed from where it stopped,
+// pinned to the same version; a range answered with another length than
+// asked is an error, never a silently short or shifted p.
 func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
@@ -281,9 +334,10 @@ func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []by
 	done := 0
 	pin := etag
 	return s.retry(ctx, func(ctx context.Context) error {
-		want := len(p) - done
+		start := off + int64(done)
+		want := int64(len(p) - done)
 		var opts minio.GetObjectOptions
-		if err := opts.SetRange(off+int64(done), off+int64(len(p))-1); err != nil {
+		if err := opts.SetRange(start, off+int64(len(p))-1); err != nil {
 			return err
 		}
 		if pin != "" {
@@ -291,30 +345,56 @@ func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []by
 				return err
 			}
 		}
-		body, oi, _, err := s.core.GetObject(ctx, ref.Bucket, ref.Key, opts)
+		actx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		watchdog := time.AfterFunc(s.stall, func() { cancel(errStalled) })
+		defer watchdog.Stop()
+		body, oi, _, err := s.core.GetObject(actx, ref.Bucket, ref.Key, opts)
 		if err != nil {
-			return classify(err)
+			return s.attemptErr(ctx, actx, err, "range GET")
 		}
 		defer body.Close()
 		if pin == "" {
 			pin = oi.ETag // a resumed read must continue the same version
 		}
-		if oi.Size >= 0 && oi.Size < int64(want) {
-			return storage.Errorf(storage.ErrShortRead, "range GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", off+int64(done), oi.Size, want)
+		switch {
+		case oi.Size < want:
+			return storage.Errorf(storage.ErrShortRead, "range GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", start, oi.Size, want)
+		case oi.Size > want:
+			return storage.Errorf(storage.ErrRejected, "range GET at offset %d returned %d bytes, want %d: the server ignored the Range header", start, oi.Size, want)
 		}
-		n, err := io.ReadFull(body, p[done:])
-		done += n
-		if err != nil {
-			if c := classify(err); retryable(c) {
-				return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %v", storage.ErrShortRead, done, len(p), err)}
-			} else if ctx.Err() != nil {
-				return ctx.Err()
-			} else {
+		for done < len(p) {
+			n, err := body.Read(p[done:])
+			done += n
+			if n > 0 {
+				watchdog.Reset(s.stall)
+			}
+			if err == io.EOF && done < len(p) {
+				err = io.ErrUnexpectedEOF
+			}
+			if err != nil && done < len(p) {
+				c := s.attemptErr(ctx, actx, err, "range GET body")
+				if retryable(c) {
+					return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, done, len(p), c)}
+				}
 				return c
 			}
 		}
 		return nil
 	})
+}
+
+// attemptErr classifies the error of one attempt run under actx, a child
+// of ctx that the stall watchdog may cancel: a stall is transient, the
+// caller's own cancellation is returned as is.
+func (s *Store) attemptErr(ctx, actx context.Context, err error, what string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(context.Cause(actx), errStalled) {
+		return &transient{fmt.Errorf("%w: %s: no bytes for %v", storage.ErrUnavailable, what, s.stall)}
+	}
+	return classify(err)
 }
 
 // Put uploads size bytes from r: one PUT up to the part size, a multipart
@@ -341,8 +421,9 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 			}
 		}
 		_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, minio.PutObjectOptions{
-			ContentType: "application/octet-stream",
-			PartSize:    s.part,
+			ContentType:          "application/octet-stream",
+			PartSize:             s.part,
+			DisableContentSha256: !s.sign,
 		})
 		return classify(err)
 	})

@@ -1,0 +1,157 @@
+package s3_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rmsgrad/rmsgrad/internal/testenv"
+	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
+)
+
+// Buckets every test gateway has: data (read-write), ro (read-only rule; "ro" is too short a bucket name),
+// other (exists, not in the allow-list).
+var testBuckets = []string{"data", "readonly", "other"}
+
+func gateway(t testing.TB) *testenv.S3 {
+	t.Helper()
+	return testenv.Versitygw(t, testBuckets...)
+}
+
+// fastBackoff keeps retry tests short while still backing off.
+var fastBackoff = storage.Backoff{Attempts: 6, Base: 20 * time.Millisecond, Max: 400 * time.Millisecond}
+
+// newStore builds a store on gw with the test allow-list; edit adjusts the
+// config (nil for none).
+func newStore(t testing.TB, gw *testenv.S3, edit func(*s3.Config)) *s3.Store {
+	t.Helper()
+	cfg := s3.Config{
+		Endpoint:  gw.Endpoint(),
+		Region:    "us-east-1",
+		AccessKey: gw.AccessKey,
+		SecretKey: gw.SecretKey,
+		Allow: []s3.AllowRule{
+			{Bucket: "data", Prefixes: []string{"t/"}},
+			{Bucket: "readonly", ReadOnly: true},
+			{Bucket: "nobucket"}, // allowed but never created
+		},
+		Backoff: fastBackoff,
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := s3.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newRouter(s storage.Store) *storage.Router {
+	r := storage.NewRouter()
+	r.Register("s3", s)
+	return r
+}
+
+// tap is an http.RoundTripper around a real transport that counts the
+// requests, records their Range headers, and calls hooks once a given number
+// of response (onRead) or request (onWrite) body bytes went through.
+// Everything still goes to the real gateway.
+type tap struct {
+	rt http.RoundTripper
+
+	mu       sync.Mutex
+	requests []string // "METHOD path?query range"
+	status   []int
+
+	readBytes, wroteBytes atomic.Int64
+	onRead, onWrite       *hook
+}
+
+type hook struct {
+	after int64
+	once  sync.Once
+	fn    func()
+}
+
+func (h *hook) check(total int64) {
+	if h != nil && total >= h.after {
+		h.once.Do(h.fn)
+	}
+}
+
+func newTap() *tap {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	tr.DisableCompression = true
+	return &tap{rt: tr}
+}
+
+func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
+	line := req.Method + " " + req.URL.Path
+	if req.URL.RawQuery != "" {
+		line += "?" + req.URL.RawQuery
+	}
+	if r := req.Header.Get("Range"); r != "" {
+		line += " " + r
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = &countBody{ReadCloser: req.Body, n: &tp.wroteBytes, h: tp.onWrite}
+	}
+	resp, err := tp.rt.RoundTrip(req)
+	tp.mu.Lock()
+	tp.requests = append(tp.requests, line)
+	if resp != nil {
+		tp.status = append(tp.status, resp.StatusCode)
+	} else {
+		tp.status = append(tp.status, 0)
+	}
+	tp.mu.Unlock()
+	if resp != nil && resp.Body != nil {
+		resp.Body = &countBody{ReadCloser: resp.Body, n: &tp.readBytes, h: tp.onRead}
+	}
+	return resp, err
+}
+
+// matching returns the recorded requests that contain all of parts.
+func (tp *tap) matching(parts ...string) []string {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	var out []string
+next:
+	for _, r := range tp.requests {
+		for _, p := range parts {
+			if !strings.Contains(r, p) {
+				continue next
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (tp *tap) reset() {
+	tp.mu.Lock()
+	tp.requests, tp.status = nil, nil
+	tp.mu.Unlock()
+	tp.readBytes.Store(0)
+	tp.wroteBytes.Store(0)
+}
+
+type countBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+	h *hook
+}
+
+func (c *countBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.h.check(c.n.Add(int64(n)))
+	return n, err
+}

@@ -1,0 +1,256 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
+	"github.com/rmsgrad/rmsgrad/storage/storetest"
+)
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func tensor(name string, rows, cols int, seed uint64) storage.OutTensor {
+	return storage.OutTensor{Name: name, DType: "F32", Shape: []int{rows, cols}, Data: storetest.Pattern(seed, rows*cols*4)}
+}
+
+// TestRangeReadOneTensor: Head reads only the header (one small GET, then
+// nothing but a HEAD once cached) and Fetch reads exactly the tensor's byte
+// range of a multi-tensor object, straight into the buffer.
+func TestRangeReadOneTensor(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	tp := newTap()
+	r := newRouter(newStore(t, gw, func(c *s3.Config) { c.Transport = tp }))
+	uri := "s3://data/t/multi.safetensors"
+	ts := []storage.OutTensor{tensor("x", 512, 512, 1), tensor("w", 1, 512, 2), tensor("dy", 512, 1024, 3)}
+	res, err := r.Write(ctx, uri, ts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range ts {
+		tp.reset()
+		ti, err := r.Head(ctx, uri+"#"+want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads, gets := tp.matching("HEAD "), tp.matching("GET ")
+		if i == 0 {
+			// First Head: one HEAD for size and version, one GET of the header probe.
+			if len(heads) != 1 || len(gets) != 1 || !strings.HasSuffix(gets[0], "bytes=0-65535") {
+				t.Fatalf("first Head made requests %v, want one HEAD and one GET of bytes=0-65535", tp.matching(""))
+			}
+		} else if len(heads) != 1 || len(gets) != 0 {
+			t.Fatalf("Head of a cached header made requests %v, want one HEAD only", tp.matching(""))
+		}
+		tp.reset()
+		dst := make([]byte, ti.Size)
+		if err := r.Fetch(ctx, ti, dst); err != nil {
+			t.Fatal(err)
+		}
+		wantRange := fmt.Sprintf("bytes=%d-%d", ti.Offset, ti.Offset+ti.Size-1)
+		if got := tp.matching(""); len(got) != 1 || !strings.HasSuffix(got[0], "GET /data/t/multi.safetensors "+wantRange) {
+			t.Errorf("Fetch %s made requests %v, want one GET with Range %s", want.Name, got, wantRange)
+		}
+		if tp.readBytes.Load() != ti.Size {
+			t.Errorf("Fetch %s transferred %d body bytes for a %d-byte tensor of a %d-byte object", want.Name, tp.readBytes.Load(), ti.Size, res.Bytes)
+		}
+		if !bytes.Equal(dst, want.Data) {
+			t.Errorf("Fetch %s returned other bytes", want.Name)
+		}
+	}
+}
+
+var multipartETag = regexp.MustCompile(`-(\d+)"?$`)
+
+// TestMultipart: an output larger than the part size goes up as a
+// multipart upload (the object's ETag says how many parts) and reads back
+// byte for byte.
+func TestMultipart(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	tp := newTap()
+	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp; c.PartSize = 5 << 20 })
+	r := newRouter(st)
+	uri := "s3://data/t/mp.safetensors"
+	ts := []storage.OutTensor{tensor("dx", 3000, 1024, 5), tensor("dw", 1, 1024, 6)} // ~11.7 MiB: 3 parts
+	res, err := r.Write(ctx, uri, ts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tp.matching("POST ", "uploads"); len(got) != 1 {
+		t.Errorf("want one CreateMultipartUpload, got %v", got)
+	}
+	if got := tp.matching("PUT ", "partNumber="); len(got) != 3 {
+		t.Errorf("want 3 UploadPart requests, got %v", got)
+	}
+	ref, _ := storage.ParseRef(uri)
+	info, err := st.Stat(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := multipartETag.FindStringSubmatch(info.ETag); m == nil || m[1] != "3" || info.Size != res.Bytes {
+		t.Errorf("object ETag %q, size %d: want a 3-part multipart ETag and %d bytes", info.ETag, info.Size, res.Bytes)
+	}
+	for _, want := range ts {
+		ti, err := r.Head(ctx, uri+"#"+want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, ti.Size)
+		if err := r.Fetch(ctx, ti, dst); err != nil {
+			t.Fatal(err)
+		}
+		if sum(dst) != res.SHA256[want.Name] {
+			t.Errorf("%s read back with sha256 %s, written %s", want.Name, sum(dst), res.SHA256[want.Name])
+		}
+	}
+	// Small outputs stay one PUT.
+	tp.reset()
+	if _, err := r.Write(ctx, "s3://data/t/small.safetensors", []storage.OutTensor{tensor("x", 4, 4, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := tp.matching(""); len(got) != 1 || !strings.HasPrefix(got[0], "PUT /data/t/small.safetensors") {
+		t.Errorf("a small Write made requests %v, want one PUT", got)
+	}
+}
+
+// TestLargeObject: a 256 MiB tensor (plus a small one) is written from
+// buffers as a multipart upload, then fetched into a buffer; both sides
+// are checked against the sha256 recorded in __metadata__.
+func TestLargeObject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("256 MiB object: skipped under -short")
+	}
+	ctx := context.Background()
+	gw := gateway(t)
+	st := newStore(t, gw, nil) // default part size (16 MiB)
+	r := newRouter(st)
+	uri := "s3://data/t/large.safetensors"
+	x := tensor("x", 65536, 1024, 11) // 256 MiB
+	w := tensor("w", 1, 1024, 12)
+	t0 := time.Now()
+	res, err := r.Write(ctx, uri, []storage.OutTensor{x, w}, map[string]string{"job": "large"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := time.Since(t0)
+	ref, _ := storage.ParseRef(uri)
+	info, err := st.Stat(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := (res.Bytes + 16<<20 - 1) / (16 << 20)
+	if m := multipartETag.FindStringSubmatch(info.ETag); m == nil || m[1] != strconv.FormatInt(parts, 10) {
+		t.Errorf("ETag %q: want a %d-part multipart upload", info.ETag, parts)
+	}
+	if info.Size != res.Bytes || res.Bytes <= 256<<20 {
+		t.Errorf("object is %d bytes, Write reported %d", info.Size, res.Bytes)
+	}
+	t0 = time.Now()
+	ti, err := r.Head(ctx, uri+"#x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, ti.Size)
+	if err := r.Fetch(ctx, ti, dst); err != nil {
+		t.Fatal(err)
+	}
+	tr := time.Since(t0)
+	if got := sum(dst); got != sum(x.Data) || got != res.SHA256["x"] {
+		t.Fatalf("256 MiB tensor read back with sha256 %s, want %s", got, sum(x.Data))
+	}
+	// The sha256 in the object's own header agrees.
+	hdr := make([]byte, ti.Offset)
+	if err := st.ReadAt(ctx, ref, "", hdr, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(hdr, []byte(`"sha256.x":"`+sum(x.Data)+`"`)) {
+		t.Error("the header's __metadata__ lacks the sha256 of x")
+	}
+	t.Logf("256 MiB: write %v (%.0f MB/s), head+fetch %v (%.0f MB/s)", tw, float64(res.Bytes)/tw.Seconds()/1e6, tr, float64(ti.Size)/tr.Seconds()/1e6)
+}
+
+// TestWrongCredentials: a bad secret or access key is a permanent
+// ErrAccess after one request, and the error never holds a secret.
+func TestWrongCredentials(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	good := newRouter(newStore(t, gw, nil))
+	if _, err := good.Write(ctx, "s3://data/t/c.safetensors", []storage.OutTensor{tensor("x", 4, 4, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const badSecret = "not-the-secret-0123456789"
+	for name, edit := range map[string]func(*s3.Config){
+		"secret": func(c *s3.Config) { c.SecretKey = badSecret },
+		"access": func(c *s3.Config) { c.AccessKey = "nosuchaccesskey" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tp := newTap()
+			r := newRouter(newStore(t, gw, func(c *s3.Config) { edit(c); c.Transport = tp }))
+			_, err := r.Head(ctx, "s3://data/t/c.safetensors#x")
+			_, werr := r.Write(ctx, "s3://data/t/c2.safetensors", []storage.OutTensor{tensor("x", 4, 4, 1)}, nil)
+			for _, err := range []error{err, werr} {
+				if !errors.Is(err, storage.ErrAccess) || !storage.Permanent(err) {
+					t.Errorf("with a wrong %s key: %v, want permanent ErrAccess", name, err)
+					continue
+				}
+				for _, secret := range []string{badSecret, gw.SecretKey} {
+					if strings.Contains(err.Error(), secret) {
+						t.Errorf("error holds a secret: %v", err)
+					}
+				}
+				if !strings.Contains(err.Error(), "credentials") || !strings.Contains(err.Error(), "s3://data/t/c") {
+					t.Errorf("error does not say what to check or which URI: %v", err)
+				}
+			}
+			// HEAD (and, for a 404 without a body, the 1-byte GET that reads
+			// the error code), then one PUT: nothing retried.
+			if got := tp.matching(""); len(got) > 3 || len(tp.matching("PUT ")) != 1 {
+				t.Errorf("requests %v: want one HEAD (+ one GET) and one PUT, not retried", got)
+			}
+		})
+	}
+}
+
+// TestMissingBucketAndKey: a missing bucket (allow-listed but absent) and a
+// missing key are permanent ErrNotFound after one request each.
+func TestMissingBucketAndKey(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	tp := newTap()
+	r := newRouter(newStore(t, gw, func(c *s3.Config) { c.Transport = tp }))
+	for uri, code := range map[string]string{"s3://nobucket/k.safetensors#x": "NoSuchBucket", "s3://data/t/absent.safetensors#x": "NoSuchKey"} {
+		tp.reset()
+		_, err := r.Head(ctx, uri)
+		if !errors.Is(err, storage.ErrNotFound) || !storage.Permanent(err) || !strings.Contains(err.Error(), uri) || !strings.Contains(err.Error(), code) {
+			t.Errorf("Head(%s) = %v, want permanent ErrNotFound naming the URI and %s", uri, err, code)
+		}
+		// One HEAD, and one 1-byte GET that reads the server's error code
+		// (a HEAD answer has no body); neither is retried.
+		if got := tp.matching(""); len(got) != 2 || !strings.HasPrefix(got[0], "HEAD ") || !strings.HasSuffix(got[1], "bytes=0-0") {
+			t.Errorf("Head(%s) made requests %v, want one HEAD and one GET of bytes=0-0", uri, got)
+		}
+	}
+	tp.reset()
+	_, err := r.Write(ctx, "s3://nobucket/out.safetensors", []storage.OutTensor{tensor("x", 4, 4, 1)}, nil)
+	if !errors.Is(err, storage.ErrNotFound) || !storage.Permanent(err) || !strings.Contains(err.Error(), "NoSuchBucket") {
+		t.Errorf("Write to a missing bucket = %v, want permanent ErrNotFound (NoSuchBucket)", err)
+	}
+	if n := len(tp.matching("")); n != 1 {
+		t.Errorf("Write to a missing bucket made %d requests, want 1", n)
+	}
+}
