@@ -20,6 +20,20 @@ type Backoff struct {
 // tries over at most about 10 s, enough to ride out a gateway restart.
 var DefaultBackoff = Backoff{Attempts: 5, Base: 100 * time.Millisecond, Max: 5 * time.Second}
 
+// limit is the cap on the sleep after failed attempt n (0-based):
+// Base*2^n, at most Max.
+func (b Backoff) limit(n int) time.Duration {
+	l := b.Base << n
+	if l > b.Max || l <= 0 || n >= 62 {
+		l = b.Max
+	}
+	return l
+}
+
+// jitter draws the sleep before the next attempt: uniform in [0, limit]
+// ("full jitter"). A variable so tests can see the limits.
+var jitter = func(limit time.Duration) time.Duration { return rand.N(limit + 1) }
+
 // Retry runs op until it succeeds, fails with an error retryable rejects,
 // runs out of attempts, or ctx ends. It returns op's last error (ctx's
 // error joined to it when ctx ended while waiting).
@@ -41,11 +55,7 @@ func Retry(ctx context.Context, b Backoff, retryable func(error) bool, op func(c
 		if err = op(ctx); err == nil || !retryable(err) || n == b.Attempts-1 {
 			return err
 		}
-		limit := b.Base << n
-		if limit > b.Max || limit <= 0 {
-			limit = b.Max
-		}
-		t := time.NewTimer(rand.N(limit + 1))
+		t := time.NewTimer(jitter(b.limit(n)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
