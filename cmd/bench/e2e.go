@@ -1,37 +1,54 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
+	"github.com/rmsgrad/rmsgrad/internal/procattr"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
 // e2eResult is one end-to-end run: jobs enqueued first, then drained by the
-// handler, timed from the first job's start to the last job's end.
+// worker, timed from the worker's start to the last job's completion.
 type e2eResult struct {
-	Shape      shape
-	MaxJobs    int
-	Jobs       int
-	JobsPerS   float64
-	GBs        float64       // tensor bytes (x, w, dy in; dx, dw out) per second
-	CPUPerJob  time.Duration // this process's user+sys CPU per job
-	AvgBatch   float64
-	ProfileOut string
+	Shape     shape
+	MaxJobs   int // 0: the worker's default
+	Mode      string
+	Jobs      int
+	JobsPerS  float64
+	GBs       float64       // tensor bytes (x, w, dy in; dx, dw out) per second
+	CPUPerJob time.Duration // the worker process's user+sys CPU per job
+	AvgBatch  float64
+	// In-process runs only: heap allocations per job and the profiles.
+	AllocsPerJob float64
+	BytesPerJob  float64
+	CPUProfile   string
+	AllocProfile string
+}
+
+func (r e2eResult) figure() string {
+	return fmt.Sprintf("%.4g jobs/s, %.3g GB/s, %.0f us CPU/job, %.1f jobs/batch", r.JobsPerS, r.GBs,
+		float64(r.CPUPerJob.Nanoseconds())/1e3, r.AvgBatch)
 }
 
 func cpuTime() time.Duration {
@@ -40,37 +57,45 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// benchE2E runs the real jobs.Handler and jobs.Batcher on the cpu backend
-// in this process, behind a real asynq server on the real redis-server,
-// reading and writing through minio-go on the real versitygw.
-//
-// In process rather than bin/worker: cmd/worker was not buildable when this
-// was written. TODO(lead): once bin/worker runs, start it here with a
-// generated config (redis.addr, storage.s3.endpoint, batch.max_jobs) so the
-// bench measures what users run, and keep this path for pprof.
+// benchE2E measures the product. The headline rows run bin/worker itself,
+// a separate process with its default settings (only the Redis address,
+// the S3 endpoint and bucket, the queue name and, for the batching row,
+// batch.max_jobs are configured), fed by jobs.Client through the real
+// redis-server and reading and writing through the real versitygw; its CPU
+// comes from /proc. The profile row runs the same wiring in this process
+// (jobs.Handler + jobs.Batcher + compute/cpu + storage.Router + storage/s3,
+// as cmd/worker builds them) so that pprof can see it; its jobs/s and
+// CPU/job are printed beside bin/worker's to show the two agree.
 func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueResult, st map[string]storageResult) ([]row, []string, error) {
-	mc, err := newMinio(e, o.concurrency)
+	rs, err := newRouterStore(ctx, e)
 	if err != nil {
 		return nil, nil, err
 	}
-	store := &s3Store{mc: mc, bucket: benchBucket}
-	var rows []row
-	notes := []string{"end to end runs jobs.Handler + jobs.Batcher + compute/cpu in the bench process with a minimal minio-go store (cmd/bench/store.go: 1 ranged GET per header, 1 per tensor, 1 PUT), not bin/worker, which was not buildable yet; the three inputs of one shape are shared by its jobs (distinct outputs)."}
-	run := func(s shape, maxJobs int, profile string) (e2eResult, error) {
-		return runE2E(ctx, e, store, s, maxJobs, o.concurrency, profile)
+	worker := o.worker
+	if _, err := os.Stat(worker); err != nil {
+		worker = ""
 	}
-	var byShape = map[string]e2eResult{}
-	for _, s := range shapes {
-		prof := ""
-		if s.Name == "small" {
-			prof = filepath.Join(o.out, "worker-small.cpu.prof")
+	var notes []string
+	if worker == "" {
+		notes = append(notes, fmt.Sprintf("%s is missing (run make build): every end-to-end row ran in process with the worker's wiring instead.", o.worker))
+	} else {
+		notes = append(notes, fmt.Sprintf("end to end rows (except \"in process\") ran %s as a separate process with its default settings; CPU/job is that process's user+sys CPU from /proc, everything included (asynq, minio-go, net/http, compute, logging).", o.worker))
+	}
+	notes = append(notes, "each shape's x, w and dy are three objects shared by all its jobs (distinct outputs); the router's header cache still validates them with one Stat per Head.")
+	run := func(s shape, maxJobs int) (e2eResult, error) {
+		if worker != "" {
+			return runWorker(ctx, e, worker, rs, s, maxJobs, o.concurrency)
 		}
-		r, err := run(s, 0, prof)
+		return runInProcess(ctx, e, rs, s, maxJobs, o.concurrency, "")
+	}
+	var rows []row
+	byShape := map[string]e2eResult{}
+	for _, s := range shapes {
+		r, err := run(s, 0)
 		if err != nil {
 			return rows, notes, err
 		}
 		byShape[s.Name] = r
-		fig := fmt.Sprintf("%.4g jobs/s, %.3g GB/s, %.0f us CPU/job, %.1f jobs/batch", r.JobsPerS, r.GBs, float64(r.CPUPerJob.Microseconds()), r.AvgBatch)
 		sc := st[s.Name]
 		switch s.Name {
 		case "small":
@@ -78,43 +103,58 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			if q.TasksPerS > 0 && q.TasksPerS < ceil {
 				ceil, what = q.TasksPerS, "queue tasks/s"
 			}
-			rows = append(rows, ratioRow("e2e", fmt.Sprintf("small %dx%d, default batching", s.Rows, s.Dim), fig,
+			rows = append(rows, ratioRow("e2e", fmt.Sprintf("small %dx%d, default batching", s.Rows, s.Dim), r.figure(),
 				"lower ceiling: "+what, r.JobsPerS, ceil, 0.5))
 		case "large":
-			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d", s.Rows, s.Dim), fig,
+			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d", s.Rows, s.Dim), r.figure(),
 				"storage jobs/s", r.JobsPerS, sc.JobsPerS(), 0.8))
 		default:
-			rows = append(rows, ratioRow("e2e", fmt.Sprintf("%s %dx%d", s.Name, s.Rows, s.Dim), fig,
+			rows = append(rows, ratioRow("e2e", fmt.Sprintf("%s %dx%d", s.Name, s.Rows, s.Dim), r.figure(),
 				"storage jobs/s", r.JobsPerS, sc.JobsPerS(), 0))
 		}
-		if s.Name == "small" {
-			us := float64(r.CPUPerJob.Nanoseconds()) / 1e3
-			row := row{Section: "e2e", What: "small: worker CPU per job (all of it, incl. minio-go and asynq client code)",
-				Figure: fmt.Sprintf("%.0f us", us), Ceiling: "target < 100 us (excl. network and compute)"}
-			if us < 100 {
-				row.Target = "< 100 us: met"
-			} else {
-				row.Target = "< 100 us: see pprof (report/worker-small.cpu.prof)"
-			}
-			rows = append(rows, row)
-		}
 	}
+
+	// Batching: the same small load with max_jobs=1.
 	small := shapes[0]
-	one, err := run(small, 1, "")
+	one, err := run(small, 1)
 	if err != nil {
 		return rows, notes, err
 	}
 	def := byShape[small.Name]
-	rows = append(rows, ratioRow("batching", "small, max_jobs=1",
-		fmt.Sprintf("%.4g jobs/s, %.0f us CPU/job", one.JobsPerS, float64(one.CPUPerJob.Microseconds())), "(baseline)", 0, 0, 0))
+	rows = append(rows, ratioRow("batching", "small, max_jobs=1", one.figure(), "(baseline)", 0, 0, 0))
 	rows = append(rows, ratioRow("batching", fmt.Sprintf("small, default (max_jobs=32), %.1f jobs/batch", def.AvgBatch),
-		fmt.Sprintf("%.4g jobs/s", def.JobsPerS), "max_jobs=1 jobs/s", def.JobsPerS, one.JobsPerS, 0))
+		fmt.Sprintf("%.4g jobs/s, %.0f us CPU/job", def.JobsPerS, float64(def.CPUPerJob.Nanoseconds())/1e3),
+		"max_jobs=1 jobs/s", def.JobsPerS, one.JobsPerS, 0))
+
+	// The profile: the small load in process, same wiring.
+	prof, err := runInProcess(ctx, e, rs, small, 0, o.concurrency, o.out)
+	if err != nil {
+		return rows, notes, err
+	}
+	rows = append(rows, row{Section: "e2e", What: "small, in process (same wiring, pprof on)",
+		Figure:  prof.figure() + fmt.Sprintf(", %.0f allocs/job, %.0f KiB allocated/job", prof.AllocsPerJob, prof.BytesPerJob/1024),
+		Ceiling: "(bin/worker row above)"})
+	ov, err := analyzeCPUProfile(prof.CPUProfile, prof.Jobs)
+	if err != nil {
+		return rows, notes, err
+	}
+	us := ov.OverheadPerJob()
+	r := row{Section: "e2e", What: "small: worker overhead per job (pprof: all samples minus network and compute)",
+		Figure: fmt.Sprintf("%.0f us (of %.0f us sampled/job: %s)", us, ov.TotalPerJob(), ov.Breakdown()), Ceiling: "target < 100 us"}
+	if us < 100 {
+		r.Target = "< 100 us: met"
+	} else {
+		r.Target = "< 100 us: not met"
+	}
+	rows = append(rows, r)
+	notes = append(notes, overheadMethod)
+	notes = append(notes, "top overhead functions (flat, us/job): "+ov.Top(12))
 	return rows, notes, nil
 }
 
-func runE2E(ctx context.Context, e *env, store *s3Store, s shape, maxJobs, concurrency int, profile string) (e2eResult, error) {
-	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs}
-	prefix := fmt.Sprintf("e2e/%s-%d-%d", s.Name, maxJobs, time.Now().UnixNano())
+// stageInputs uploads one shape's x, w and dy and returns the URI prefix.
+func stageInputs(ctx context.Context, rs routerStore, s shape, tag string) (string, error) {
+	base := fmt.Sprintf("s3://%s/e2e/%s-%s-%d/", benchBucket, s.Name, tag, time.Now().UnixNano())
 	x, w, dy := make([]float32, s.Rows*s.Dim), make([]float32, s.Dim), make([]float32, s.Rows*s.Dim)
 	fill(x, 1)
 	fill(w, 2)
@@ -124,45 +164,225 @@ func runE2E(ctx context.Context, e *env, store *s3Store, s shape, maxJobs, concu
 		shape []int
 		data  []float32
 	}{{"x", []int{s.Rows, s.Dim}, x}, {"w", []int{s.Dim}, w}, {"dy", []int{s.Rows, s.Dim}, dy}} {
-		if err := putTensor(ctx, store.mc, prefix+"/"+in.name+".safetensors", in.shape, in.data); err != nil {
-			return res, err
+		if err := putTensor(ctx, rs, base+in.name+".safetensors", in.shape, in.data); err != nil {
+			return "", err
 		}
 	}
-	queue := "bench-e2e-" + s.Name + fmt.Sprint(maxJobs)
-	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
+	return base, nil
+}
+
+// enqueue posts n jobs on queue from 8 goroutines.
+func enqueue(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, n int) error {
 	client := jobs.NewClient(rc, jobs.WithQueue(queue))
 	defer client.Close()
-	base := "s3://" + benchBucket + "/" + prefix + "/"
 	g, gctx := errgroup.WithContext(ctx)
 	var next atomic.Int64
 	for range 8 {
 		g.Go(func() error {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= s.Jobs {
+				if i >= n {
 					return nil
 				}
 				j := jobs.Job{X: base + "x.safetensors", W: base + "w.safetensors", DY: base + "dy.safetensors",
 					Out: fmt.Sprintf("%sout/%06d.safetensors", base, i), Eps: 1e-6}
 				if _, err := client.Enqueue(gctx, j); err != nil {
-					return fmt.Errorf("e2e %s: enqueue: %w", s.Name, err)
+					return fmt.Errorf("e2e: enqueue on %s: %w", queue, err)
 				}
 			}
 		})
 	}
-	if err := g.Wait(); err != nil {
+	return g.Wait()
+}
+
+// procCPU is a process's user+sys CPU from /proc/<pid>/stat (Linux), in
+// clock ticks of 10 ms.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("worker CPU: %w", err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("worker CPU: malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("worker CPU: short /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("worker CPU: malformed /proc/%d/stat", pid)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// runWorker enqueues the shape's jobs, then starts bin/worker on their
+// queue and times it from its "worker started" log line until the queue's
+// completed count reaches the job count.
+func runWorker(ctx context.Context, e *env, bin string, rs routerStore, s shape, maxJobs, concurrency int) (e2eResult, error) {
+	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs, Mode: "bin/worker"}
+	base, err := stageInputs(ctx, rs, s, "w"+strconv.Itoa(maxJobs))
+	if err != nil {
 		return res, err
 	}
+	queue := fmt.Sprintf("bench-worker-%s-%d", s.Name, maxJobs)
+	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
+	if err := enqueue(ctx, rc, queue, base, s.Jobs); err != nil {
+		return res, err
+	}
+	cfg := fmt.Sprintf("worker: bench\nconcurrency: %d\nqueues: {%s: 1}\nhttp_addr: \"\"\nredis: {addr: %q}\n"+
+		"storage: {s3: {endpoint: %q, tls: false, allow: [{bucket: %s}]}}\n", concurrency, queue, e.redis.addr, e.s3.addr, benchBucket)
+	if maxJobs > 0 {
+		cfg += fmt.Sprintf("batch: {max_jobs: %d}\n", maxJobs)
+	}
+	path := filepath.Join(e.tmp, queue+".yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return res, err
+	}
+	cmd := exec.Command(bin, "--config", path)
+	cmd.Env = append(os.Environ(), "RMSGRAD_S3_ACCESS_KEY="+e.accessKey, "RMSGRAD_S3_SECRET_KEY="+e.secretKey)
+	cmd.SysProcAttr = procattr.Child()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("e2e: start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	var tail syncTail
+	started := make(chan struct{})
+	go func() {
+		// Read every log line (a full pipe would stall the worker), keep
+		// the last ones for errors, and note the start line.
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		once := sync.Once{}
+		for sc.Scan() {
+			line := sc.Text()
+			tail.add(line)
+			if strings.Contains(line, `"msg":"worker started"`) {
+				once.Do(func() { close(started) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	select {
+	case <-started:
+	case <-exited:
+		return res, fmt.Errorf("e2e: %s exited before starting; log:\n%s", bin, tail.String())
+	case <-time.After(60 * time.Second):
+		stop()
+		return res, fmt.Errorf("e2e: %s did not log \"worker started\" within 60s; log:\n%s", bin, tail.String())
+	}
+	start := time.Now()
+	cpu0, err := procCPU(cmd.Process.Pid)
+	if err != nil {
+		stop()
+		return res, err
+	}
+	insp := asynq.NewInspector(rc)
+	defer insp.Close()
+	var end time.Time
+	var cpu1 time.Duration
+	for {
+		qi, err := insp.GetQueueInfo(queue)
+		if err == nil && qi.Completed >= s.Jobs {
+			end = time.Now()
+			cpu1, err = procCPU(cmd.Process.Pid)
+			if err != nil {
+				stop()
+				return res, err
+			}
+			break
+		}
+		if err == nil && (qi.Retry > 0 || qi.Archived > 0) {
+			stop()
+			return res, fmt.Errorf("e2e %s: %d jobs failed (retry %d, archived %d); worker log:\n%s", s.Name, qi.Retry+qi.Archived, qi.Retry, qi.Archived, tail.String())
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return res, fmt.Errorf("e2e %s: %w; worker log:\n%s", s.Name, ctx.Err(), tail.String())
+		case <-exited:
+			return res, fmt.Errorf("e2e %s: the worker exited; log:\n%s", s.Name, tail.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	stop()
+	res.finish(end.Sub(start), cpu1-cpu0, rc, queue)
+	return res, nil
+}
 
+func (r *e2eResult) finish(el, cpuUsed time.Duration, rc asynq.RedisClientOpt, queue string) {
+	r.JobsPerS = float64(r.Jobs) / el.Seconds()
+	r.GBs = r.JobsPerS * float64(r.Shape.TensorBytes()) / 1e9
+	r.CPUPerJob = cpuUsed / time.Duration(r.Jobs)
+	r.AvgBatch = avgBatch(rc, queue)
+	slog.Info("e2e", "mode", r.Mode, "shape", r.Shape.Name, "max_jobs", r.MaxJobs, "jobs", r.Jobs, "jobs_per_s", r.JobsPerS,
+		"gbs", r.GBs, "cpu_per_job", r.CPUPerJob, "avg_batch", r.AvgBatch, "allocs_per_job", r.AllocsPerJob)
+}
+
+// syncTail keeps the last 40 lines of a log.
+type syncTail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *syncTail) add(l string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lines) >= 40 {
+		t.lines = t.lines[1:]
+	}
+	t.lines = append(t.lines, l)
+}
+
+func (t *syncTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+// runInProcess runs the worker's wiring in this process: the handler, the
+// batcher with the worker's default batch settings (or max_jobs), the cpu
+// backend, the router over storage/s3, Prometheus metrics on a registry and
+// JSON logs at info (written to io.Discard: formatting a log line is the
+// worker's cost, the terminal is not). With profDir it writes a CPU profile
+// and an allocation profile of the run there.
+func runInProcess(ctx context.Context, e *env, store routerStore, s shape, maxJobs, concurrency int, profDir string) (e2eResult, error) {
+	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs, Mode: "in process"}
+	base, err := stageInputs(ctx, store, s, "p"+strconv.Itoa(maxJobs))
+	if err != nil {
+		return res, err
+	}
+	queue := fmt.Sprintf("bench-inproc-%s-%d", s.Name, maxJobs)
+	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
+	if err := enqueue(ctx, rc, queue, base, s.Jobs); err != nil {
+		return res, err
+	}
 	be := cpu.New()
 	defer be.Close()
-	// The worker's default log level (info) with the text dropped: the
-	// per-job log line's formatting is part of the worker's cost, the
-	// terminal is not.
-	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	bat := jobs.NewBatcher(be, jobs.BatchConfig{MaxJobs: maxJobs}, nil, log)
+	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", "bench")
+	metrics := jobs.NewMetrics(prometheus.NewRegistry())
+	bat := jobs.NewBatcher(be, jobs.BatchConfig{MaxJobs: maxJobs}, metrics, log)
 	h, err := jobs.NewHandler(jobs.HandlerConfig{Backend: be, Batcher: bat, Store: store,
-		Budget: jobs.NewBudget(2 << 30), Worker: "bench", Logger: log})
+		Budget: jobs.NewBudget(2 << 30), Worker: "bench", Metrics: metrics, Logger: log})
 	if err != nil {
 		return res, err
 	}
@@ -172,11 +392,23 @@ func runE2E(ctx context.Context, e *env, store *s3Store, s shape, maxJobs, concu
 		once         sync.Once
 		start, end   time.Time
 		cpu0         time.Duration
+		ms0          runtime.MemStats
 		finished     = make(chan struct{})
 	)
+	if profDir != "" {
+		if err := os.MkdirAll(profDir, 0o755); err != nil {
+			return res, err
+		}
+		res.CPUProfile = filepath.Join(profDir, "worker-small.cpu.prof")
+		res.AllocProfile = filepath.Join(profDir, "worker-small.allocs.prof")
+		runtime.GC() // the allocation profile then holds this run's allocations mostly
+	}
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TaskType, func(ctx context.Context, t *asynq.Task) error {
-		once.Do(func() { start, cpu0 = time.Now(), cpuTime() })
+		once.Do(func() {
+			runtime.ReadMemStats(&ms0)
+			start, cpu0 = time.Now(), cpuTime()
+		})
 		err := h.ProcessTask(ctx, t)
 		if err != nil {
 			failed.Add(1)
@@ -189,12 +421,9 @@ func runE2E(ctx context.Context, e *env, store *s3Store, s shape, maxJobs, concu
 		return err
 	})
 	srv := asynq.NewServer(rc, asynq.Config{Concurrency: concurrency, Queues: map[string]int{queue: 1},
-		LogLevel: asynq.WarnLevel})
-	if profile != "" {
-		if err := os.MkdirAll(filepath.Dir(profile), 0o755); err != nil {
-			return res, err
-		}
-		f, err := os.Create(profile)
+		RetryDelayFunc: jobs.RetryDelay(time.Second, 5*time.Minute), LogLevel: asynq.WarnLevel})
+	if res.CPUProfile != "" {
+		f, err := os.Create(res.CPUProfile)
 		if err != nil {
 			return res, err
 		}
@@ -203,7 +432,6 @@ func runE2E(ctx context.Context, e *env, store *s3Store, s shape, maxJobs, concu
 			return res, err
 		}
 		defer pprof.StopCPUProfile()
-		res.ProfileOut = profile
 	}
 	if err := srv.Start(mux); err != nil {
 		return res, fmt.Errorf("e2e: start asynq server: %w", err)
@@ -215,6 +443,11 @@ func runE2E(ctx context.Context, e *env, store *s3Store, s shape, maxJobs, concu
 		return res, fmt.Errorf("e2e %s: %d of %d jobs done: %w", s.Name, done.Load(), s.Jobs, ctx.Err())
 	}
 	cpuUsed := cpuTime() - cpu0
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	if res.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	srv.Shutdown()
 	if err := bat.Close(ctx); err != nil {
 		return res, err
@@ -222,13 +455,20 @@ func runE2E(ctx context.Context, e *env, store *s3Store, s shape, maxJobs, concu
 	if n := failed.Load(); n > 0 {
 		return res, fmt.Errorf("e2e %s: %d of %d jobs failed, first: %v", s.Name, n, s.Jobs, firstErr.Load())
 	}
-	el := end.Sub(start).Seconds()
-	res.JobsPerS = float64(s.Jobs) / el
-	res.GBs = res.JobsPerS * float64(s.TensorBytes()) / 1e9
-	res.CPUPerJob = cpuUsed / time.Duration(s.Jobs)
-	res.AvgBatch = avgBatch(rc, queue)
-	slog.Info("e2e", "shape", s.Name, "max_jobs", maxJobs, "jobs", s.Jobs, "jobs_per_s", res.JobsPerS,
-		"gbs", res.GBs, "cpu_per_job", res.CPUPerJob, "avg_batch", res.AvgBatch)
+	res.AllocsPerJob = float64(ms1.Mallocs-ms0.Mallocs) / float64(s.Jobs)
+	res.BytesPerJob = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(s.Jobs)
+	if res.AllocProfile != "" {
+		f, err := os.Create(res.AllocProfile)
+		if err != nil {
+			return res, err
+		}
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		f.Close()
+		if err != nil {
+			return res, err
+		}
+	}
+	res.finish(end.Sub(start), cpuUsed, rc, queue)
 	return res, nil
 }
 
