@@ -126,6 +126,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	}
 	if h.cfg.SigningKey != nil {
 		if err := j.Verify(h.cfg.SigningKey); err != nil {
+			h.m.BadSignatures.Inc()
 			return nil, jobErr(id, "", "", err)
 		}
 	}

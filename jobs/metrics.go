@@ -35,6 +35,9 @@ type Metrics struct {
 	InFlight   prometheus.Gauge
 	DeviceBusy prometheus.Counter
 	Fallbacks  prometheus.Counter
+	// BadSignatures counts jobs rejected because a signing key is
+	// configured and their signature is missing or wrong.
+	BadSignatures prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (if not nil).
@@ -66,9 +69,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rmsgrad_batch_fallbacks_total", Help: "Batches whose command buffer failed and whose jobs were re-run one per command buffer.",
 		}),
+		BadSignatures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rmsgrad_jobs_bad_signature_total", Help: "Jobs rejected for a missing or wrong HMAC signature (a signing key is configured).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks)
+		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures)
 	}
 	return m
 }
