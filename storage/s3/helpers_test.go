@@ -19,8 +19,12 @@ import (
 // other (exists, not in the allow-list).
 var testBuckets = []string{"data", "readonly", "other"}
 
+// gateway starts a versitygw with HTTP keep-alive on, as S3 services have
+// it: versitygw closes every connection after one response by default, and
+// the tests must also cover pooled connections that die with a restart.
 func gateway(t testing.TB) *testenv.S3 {
 	t.Helper()
+	t.Setenv("VGW_KEEP_ALIVE", "true")
 	return testenv.Versitygw(t, testBuckets...)
 }
 

@@ -1,0 +1,130 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/storetest"
+)
+
+// benchSizes are the tensor sizes of the issue: small, medium, large jobs.
+var benchSizes = []struct {
+	name string
+	rows int // of 1024 F32 columns... except the smallest
+	cols int
+}{
+	{"32KiB", 8, 1024},
+	{"1MiB", 256, 1024},
+	{"64MiB", 16384, 1024},
+}
+
+// BenchmarkFetch compares Router.Fetch of one tensor (of a two-tensor
+// object, Head done once) into a reused buffer with raw minio-go GetObject
+// of an object holding just those bytes, copied to io.Discard, in the same
+// run against the same versitygw. scripts/bench-storage.sh prints the
+// ratios.
+func BenchmarkFetch(b *testing.B) {
+	ctx := context.Background()
+	gw := gateway(b)
+	st := newStore(b, gw, nil)
+	r := newRouter(st)
+	mc := st.Client()
+	for _, sz := range benchSizes {
+		x := storage.OutTensor{Name: "x", DType: "F32", Shape: []int{sz.rows, sz.cols}, Data: storetest.Pattern(1, sz.rows*sz.cols*4)}
+		uri := "s3://data/t/bench-" + sz.name + ".safetensors"
+		if _, err := r.Write(ctx, uri, []storage.OutTensor{storage.OutTensor{Name: "w", DType: "F32", Shape: []int{sz.cols}, Data: storetest.Pattern(2, sz.cols*4)}, x}, nil); err != nil {
+			b.Fatal(err)
+		}
+		rawKey := "t/raw-" + sz.name
+		if _, err := mc.PutObject(ctx, "data", rawKey, bytes.NewReader(x.Data), int64(len(x.Data)), minio.PutObjectOptions{DisableContentSha256: true}); err != nil {
+			b.Fatal(err)
+		}
+		ti, err := r.Head(ctx, uri+"#x")
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst := make([]byte, ti.Size)
+		b.Run(fmt.Sprintf("size=%s/impl=raw", sz.name), func(b *testing.B) {
+			b.SetBytes(ti.Size)
+			b.ReportAllocs()
+			for b.Loop() {
+				obj, err := mc.GetObject(ctx, "data", rawKey, minio.GetObjectOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.Copy(io.Discard, obj)
+				obj.Close()
+				if err != nil || n != ti.Size {
+					b.Fatalf("raw GET: %d bytes, %v", n, err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("size=%s/impl=ours", sz.name), func(b *testing.B) {
+			b.SetBytes(ti.Size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.Fetch(ctx, ti, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if !bytes.Equal(dst, x.Data) {
+				b.Fatal("fetched other bytes")
+			}
+		})
+		b.Run(fmt.Sprintf("size=%s/impl=ours-head", sz.name), func(b *testing.B) {
+			b.SetBytes(ti.Size)
+			b.ReportAllocs()
+			for b.Loop() {
+				ti, err := r.Head(ctx, uri+"#x")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := r.Fetch(ctx, ti, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWrite compares Router.Write of one tensor from its buffer (the
+// header with the tensor's sha256, then the buffer itself) with raw
+// minio-go PutObject of the same bytes from a bytes.Reader, with the same
+// PUT options (unsigned payload), same run, same versitygw.
+func BenchmarkWrite(b *testing.B) {
+	ctx := context.Background()
+	gw := gateway(b)
+	st := newStore(b, gw, nil)
+	r := newRouter(st)
+	mc := st.Client()
+	for _, sz := range benchSizes {
+		x := storage.OutTensor{Name: "dx", DType: "F32", Shape: []int{sz.rows, sz.cols}, Data: storetest.Pattern(3, sz.rows*sz.cols*4)}
+		size := int64(len(x.Data))
+		b.Run(fmt.Sprintf("size=%s/impl=raw", sz.name), func(b *testing.B) {
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := mc.PutObject(ctx, "data", "t/raw-out-"+sz.name, bytes.NewReader(x.Data), size,
+					minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("size=%s/impl=ours", sz.name), func(b *testing.B) {
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Write(ctx, "s3://data/t/out-"+sz.name+".safetensors", []storage.OutTensor{x}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
