@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -74,9 +75,11 @@ func (c *Client) Close() error {
 func (c *Client) Queue() string { return c.queue }
 
 // Enqueue validates j and enqueues it, returning the task id. Pass
-// asynq.TaskID(id) to choose the id: enqueuing the same id again while the
-// first task is still known to Redis is a no-op that returns the id, so a
-// pipeline can retry an enqueue safely.
+// asynq.TaskID(id) to choose the id: enqueuing the same job under the same
+// id again while the first task is still known to Redis (queued, running,
+// or completed within its retention) is a no-op that returns the id, so a
+// pipeline can retry an enqueue safely; a different job under a taken id is
+// ErrIDReused.
 func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (string, error) {
 	j.V = Version
 	if j.EnqueuedNS == 0 {
@@ -102,9 +105,11 @@ func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (stri
 	}, opts...)
 	info, err := c.c.EnqueueContext(ctx, asynq.NewTask(TaskType, payload), all...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		if id := taskIDOf(all); id != "" {
-			return id, nil
+		id, queue := optValue(all, asynq.TaskIDOpt), optValue(all, asynq.QueueOpt)
+		if err := c.sameJob(queue, id, j); err != nil {
+			return "", err
 		}
+		return id, nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("enqueue to queue %q: %w", c.queue, err)
@@ -112,14 +117,51 @@ func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (stri
 	return info.ID, nil
 }
 
-func taskIDOf(opts []asynq.Option) string {
-	id := ""
+// ErrIDReused is returned by Enqueue when the caller's task id is already
+// taken by a different job: the enqueue is not a retry of the earlier one.
+var ErrIDReused = errors.New("task id already used by a different job")
+
+// sameJob checks that the task already stored under id is the job j (its
+// inputs, output, eps and outputs; the enqueue time and signature may
+// differ), so that a retried enqueue is a no-op but reusing an id for
+// another job is an error rather than a silently lost job. A task that
+// vanished in between (its retention just ended) counts as the same job.
+func (c *Client) sameJob(queue, id string, j Job) error {
+	info, err := c.insp.GetTaskInfo(queue, id)
+	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("job %s: already enqueued; reading it back: %w", id, err)
+	}
+	var prev Job
+	if err := json.Unmarshal(info.Payload, &prev); err != nil {
+		return fmt.Errorf("job %s in queue %q: %w (the stored task is not an rmsgrad job)", id, queue, ErrIDReused)
+	}
+	if info.Type != TaskType || prev.X != j.X || prev.W != j.W || prev.DY != j.DY || prev.Out != j.Out ||
+		prev.Eps != j.Eps || !slices.Equal(prev.WantOutputs(), j.WantOutputs()) {
+		return fmt.Errorf("job %s in queue %q: %w (stored: x %s, out %s)", id, queue, ErrIDReused, prev.X, prev.Out)
+	}
+	return nil
+}
+
+// optValue returns the string value of the last option of type t.
+func optValue(opts []asynq.Option, t asynq.OptionType) string {
+	v := ""
 	for _, o := range opts {
-		if o.Type() == asynq.TaskIDOpt {
-			id, _ = o.Value().(string)
+		if o.Type() == t {
+			v, _ = o.Value().(string)
 		}
 	}
-	return id
+	return v
+}
+
+// Ping checks that Redis answers.
+func (c *Client) Ping() error {
+	if err := c.c.Ping(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
 }
 
 // State is a job's state as the client sees it.

@@ -145,8 +145,15 @@ func TestEndToEnd(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if dup := enq(testJob(good[0].prefix), asynq.TaskID("good-0")); dup != "good-0" {
+	// Retrying an enqueue of the same job under its id is a no-op that
+	// returns the id; reusing the id for another job is an error.
+	first := testJob(good[0].prefix)
+	first.Outputs = []string{"r", "dx", "dw"} // same set as enqueued, another order
+	if dup := enq(first, asynq.TaskID("good-0")); dup != "good-0" {
 		t.Fatalf("duplicate enqueue returned %q", dup)
+	}
+	if _, err := client.Enqueue(ctx, testJob(good[1].prefix), asynq.TaskID("good-0")); !errors.Is(err, ErrIDReused) || !strings.Contains(err.Error(), "good-0") {
+		t.Fatalf("enqueue of another job under id good-0: %v, want ErrIDReused naming the id", err)
 	}
 
 	// Stop the worker mid-load (SIGTERM path) and start a fresh one: no job

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-300}
-SHAPES=${SHAPES:-8x1024,64x4096,1x257,7x5120,32x768,2x32}
+SHAPES=${SHAPES:-8x1024,64x4096,1x257,7x5120,32x768,2x32,4x16x512}
 BACKEND=${BACKEND:-cpu}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rmsgrad-demo.XXXXXX")
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 6390)

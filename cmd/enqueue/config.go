@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -39,6 +40,7 @@ type config struct {
 
 	password   string
 	signingKey []byte
+	redisFrom  string // where redis.addr came from, for error messages
 }
 
 type storageConfig struct {
@@ -96,11 +98,15 @@ func loadConfig(f *connFlags) (config, error) {
 	if path == "" {
 		path = "configs/enqueue.yaml"
 	}
+	c.redisFrom = "the default"
 	if b, err := os.ReadFile(path); err == nil {
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+		if c.Redis.Addr != defaultConfig().Redis.Addr {
+			c.redisFrom = "redis.addr in " + path
 		}
 	} else if explicit {
 		return c, fmt.Errorf("config: %w", err)
@@ -109,6 +115,12 @@ func loadConfig(f *connFlags) (config, error) {
 		if v := os.Getenv(k); v != "" {
 			*dst = v
 		}
+	}
+	if os.Getenv("RMSGRAD_REDIS_ADDR") != "" {
+		c.redisFrom = "env RMSGRAD_REDIS_ADDR"
+	}
+	if f.redis != "" {
+		c.redisFrom = "flag --redis"
 	}
 	env("RMSGRAD_REDIS_ADDR", &c.Redis.Addr)
 	env("RMSGRAD_REDIS_USERNAME", &c.Redis.Username)
@@ -157,6 +169,15 @@ func secret(envVar, file, key string) (string, error) {
 		return "", fmt.Errorf("config: %s: %w", key, err)
 	}
 	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// redisShown is the Redis address as errors show it: a URL's password is
+// redacted.
+func (c *config) redisShown() string {
+	if u, err := url.Parse(c.Redis.Addr); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return c.Redis.Addr
 }
 
 // redisOpt turns the Redis settings into asynq's connection option.

@@ -10,6 +10,9 @@ import (
 	"github.com/rmsgrad/rmsgrad/storage/s3"
 )
 
+// openClient connects to Redis and checks that it answers, so that an
+// unreachable Redis is one clear error (naming the address and where it was
+// configured) before anything is uploaded or waited for.
 func openClient(c config) (*jobs.Client, error) {
 	opt, err := c.redisOpt()
 	if err != nil {
@@ -20,7 +23,13 @@ func openClient(c config) (*jobs.Client, error) {
 	if c.signingKey != nil {
 		opts = append(opts, jobs.WithSigningKey(c.signingKey))
 	}
-	return jobs.NewClient(opt, opts...), nil
+	client := jobs.NewClient(opt, opts...)
+	if err := client.Ping(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("cannot reach Redis at %s (from %s; set --redis, RMSGRAD_REDIS_ADDR or redis.addr in configs/enqueue.yaml): %w",
+			c.redisShown(), c.redisFrom, err)
+	}
+	return client, nil
 }
 
 // openStorage builds the router the CLI uploads inputs and reads outputs

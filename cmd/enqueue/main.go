@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const usage = `usage: enqueue <command> [flags]
@@ -33,7 +35,15 @@ commands:
 Run 'enqueue <command> -h' for its flags.
 `
 
+// quietRedis drops go-redis's own log lines ("connection pool: failed to
+// dial after 5 attempts"): the CLI reports the failed call itself, once,
+// with the address and where it was configured.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
 func main() {
+	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -43,6 +43,12 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return &exitError{2, fmt.Errorf("--%s is required", f.name)}
 		}
 	}
+	// Redis first: an unreachable queue should fail before any upload.
+	client, err := openClient(c)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
 	router, err := openStorage(ctx, c)
 	if err != nil {
 		return err
@@ -62,11 +68,6 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		*in.dst = u
 	}
-	client, err := openClient(c)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 	var opts []asynq.Option
 	if *id != "" {
 		opts = append(opts, asynq.TaskID(*id))

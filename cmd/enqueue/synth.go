@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,19 +25,44 @@ import (
 	"github.com/rmsgrad/rmsgrad/storage"
 )
 
-// shape is one ROWSxDIM.
-type shape struct{ rows, dim int }
+// shape is one job's x shape: any leading dims, then D. rows is the
+// product of the leading dims.
+type shape struct {
+	dims      []int
+	rows, dim int
+}
 
+func (s shape) String() string {
+	parts := make([]string, len(s.dims))
+	for i, d := range s.dims {
+		parts[i] = strconv.Itoa(d)
+	}
+	return strings.Join(parts, "x")
+}
+
+// parseShapes parses a comma-separated list of shapes like 8x1024 or
+// 2x16x4096 ([batch, seq, D]).
 func parseShapes(s string) ([]shape, error) {
 	var out []shape
 	for _, part := range strings.Split(s, ",") {
-		r, d, ok := strings.Cut(strings.TrimSpace(part), "x")
-		rows, err1 := strconv.Atoi(r)
-		dim, err2 := strconv.Atoi(d)
-		if !ok || err1 != nil || err2 != nil || rows <= 0 || dim <= 0 {
-			return nil, fmt.Errorf("--shape: %q is not ROWSxDIM with positive integers", part)
+		fields := strings.Split(strings.TrimSpace(part), "x")
+		sh := shape{rows: 1}
+		for _, f := range fields {
+			d, err := strconv.Atoi(f)
+			if err != nil || d <= 0 {
+				sh.dims = nil
+				break
+			}
+			sh.dims = append(sh.dims, d)
 		}
-		out = append(out, shape{rows, dim})
+		if len(sh.dims) < 2 {
+			return nil, fmt.Errorf("--shape: %q is not ROWSxDIM (or AxBx...xDIM) with positive integers", part)
+		}
+		for _, d := range sh.dims[:len(sh.dims)-1] {
+			sh.rows *= d
+		}
+		sh.dim = sh.dims[len(sh.dims)-1]
+		out = append(out, sh)
 	}
 	return out, nil
 }
@@ -46,7 +73,7 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var cf connFlags
 	cf.register(fs)
 	count := fs.Int("count", 100, "number of jobs")
-	shapes := fs.String("shape", "8x1024", "ROWSxDIM, or a comma-separated list cycled through for mixed shapes")
+	shapes := fs.String("shape", "8x1024", "ROWSxDIM (or AxBx...xDIM for leading dims), or a comma-separated list cycled through for mixed shapes")
 	prefix := fs.String("prefix", "", "where inputs and outputs go: s3://bucket/prefix or file:///dir (default: upload_prefix, else file store root)")
 	seed := fs.Uint64("seed", 1, "random seed; the same seed gives the same tensors")
 	eps := fs.Float64("eps", 1e-6, "epsilon")
@@ -102,9 +129,9 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			x, w, dy := synthInputs(*seed, i, sh)
 			in := fmt.Sprintf("%s/%s/%06d.in.safetensors", base, *run, i)
 			_, err := router.Write(gctx, in, []storage.OutTensor{
-				{Name: "x", DType: "F32", Shape: []int{sh.rows, sh.dim}, Data: f32bytes(x)},
+				{Name: "x", DType: "F32", Shape: sh.dims, Data: f32bytes(x)},
 				{Name: "w", DType: "F32", Shape: []int{sh.dim}, Data: f32bytes(w)},
-				{Name: "dy", DType: "F32", Shape: []int{sh.rows, sh.dim}, Data: f32bytes(dy)},
+				{Name: "dy", DType: "F32", Shape: sh.dims, Data: f32bytes(dy)},
 			}, map[string]string{"rmsgrad.synth.seed": strconv.FormatUint(*seed, 10)})
 			if err != nil {
 				return fmt.Errorf("job %d: upload inputs: %w", i, err)
@@ -206,6 +233,10 @@ func verify(ctx context.Context, r *storage.Router, seed uint64, i int, sh shape
 		if err != nil {
 			return fmt.Errorf("read %s: %w", o.name, err)
 		}
+		if wantShape := []int{sh.dim}; o.name == "dx" && !slices.Equal(info.Shape, sh.dims) ||
+			o.name == "dw" && !slices.Equal(info.Shape, wantShape) {
+			return fmt.Errorf("%s: shape %v (x is %v)", o.name, info.Shape, sh.dims)
+		}
 		buf := make([]byte, info.Size)
 		if err := r.Fetch(ctx, info, buf); err != nil {
 			return fmt.Errorf("read %s: %w", o.name, err)
@@ -214,34 +245,64 @@ func verify(ctx context.Context, r *storage.Router, seed uint64, i int, sh shape
 		for k := range got {
 			got[k] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*k:]))
 		}
-		if err := computetest.Compare(o.name, got, o.want, sh.rows, sh.dim); err != nil {
+		if o.name == "dx" {
+			err = computetest.CompareDX(got, o.want, x, w, dy, sh.rows, sh.dim, eps)
+		} else {
+			err = computetest.Compare(o.name, got, o.want, sh.rows, sh.dim)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// synthReport is synth's --json output.
+type synthReport struct {
+	Jobs       int            `json:"jobs"`
+	Completed  int            `json:"completed"`
+	Failed     int            `json:"failed"`
+	Wrong      int            `json:"wrong"`      // completed, but an output differs from the oracle
+	Batches    int            `json:"batches"`    // distinct command buffers seen in results
+	BatchJobs  map[string]int `json:"batch_jobs"` // batch size -> jobs computed in batches of that size
+	JobsPerSec float64        `json:"jobs_per_s"` // over ElapsedS: enqueue start to last result
+	ElapsedS   float64        `json:"elapsed_s"`
+	P50MS      float64        `json:"p50_ms"` // worker handler time (result timings_ms.total)
+	P99MS      float64        `json:"p99_ms"`
+	Outcomes   []outcome      `json:"outcomes"` // per job, in job order
+}
+
 func synthSummary(stdout io.Writer, asJSON bool, outs []outcome, mismatches int, elapsed time.Duration) error {
-	completed, failed := 0, 0
+	rep := synthReport{Jobs: len(outs), Wrong: mismatches, BatchJobs: map[string]int{}, Outcomes: outs,
+		ElapsedS: elapsed.Seconds(), JobsPerSec: float64(len(outs)) / elapsed.Seconds()}
 	batchSizes := map[int]int{}
 	batches := map[string]bool{}
 	var lat []float64
 	for _, o := range outs {
 		switch o.State {
-		case "completed":
-			completed++
+		case "completed", "wrong":
+			if o.State == "completed" {
+				rep.Completed++
+			}
 			batchSizes[o.Result.BatchJobs]++
+			rep.BatchJobs[strconv.Itoa(o.Result.BatchJobs)]++
 			batches[o.Result.BatchID] = true
 			lat = append(lat, o.Result.Timings.Total)
-		case "wrong":
-			batchSizes[o.Result.BatchJobs]++
 		default:
-			failed++
+			rep.Failed++
 		}
 	}
-	rate := float64(len(outs)) / elapsed.Seconds()
+	rep.Batches = len(batches)
+	rep.P50MS, rep.P99MS = percentile(lat, 50), percentile(lat, 99)
+	var err error
+	if rep.Failed+mismatches > 0 {
+		err = &exitError{1, fmt.Errorf("%d failed, %d wrong of %d jobs", rep.Failed, mismatches, len(outs))}
+	}
 	if asJSON {
-		return report(stdout, true, outs)
+		if e := json.NewEncoder(stdout).Encode(rep); e != nil {
+			return e
+		}
+		return err
 	}
 	sizes := make([]int, 0, len(batchSizes))
 	for s := range batchSizes {
@@ -253,20 +314,17 @@ func synthSummary(stdout io.Writer, asJSON bool, outs []outcome, mismatches int,
 		fmt.Fprintf(&sb, " %d:%d", s, batchSizes[s])
 	}
 	fmt.Fprintf(stdout, "synth summary\n")
-	fmt.Fprintf(stdout, "  jobs          %d\n", len(outs))
-	fmt.Fprintf(stdout, "  completed     %d (outputs checked against the float64 oracle)\n", completed)
-	fmt.Fprintf(stdout, "  failed        %d\n", failed)
+	fmt.Fprintf(stdout, "  jobs          %d\n", rep.Jobs)
+	fmt.Fprintf(stdout, "  completed     %d (outputs checked against the float64 oracle)\n", rep.Completed)
+	fmt.Fprintf(stdout, "  failed        %d\n", rep.Failed)
 	fmt.Fprintf(stdout, "  wrong outputs %d\n", mismatches)
-	fmt.Fprintf(stdout, "  batches       %d; jobs per batch (size:jobs)%s\n", len(batches), sb.String())
-	fmt.Fprintf(stdout, "  throughput    %.1f jobs/s over %.2fs (enqueue to last result)\n", rate, elapsed.Seconds())
-	fmt.Fprintf(stdout, "  job latency   p50 %.1f ms, p99 %.1f ms (worker handler time)\n", percentile(lat, 50), percentile(lat, 99))
+	fmt.Fprintf(stdout, "  batches       %d; jobs per batch size (size:jobs)%s\n", rep.Batches, sb.String())
+	fmt.Fprintf(stdout, "  throughput    %.1f jobs/s over %.2fs (enqueue start to last result)\n", rep.JobsPerSec, rep.ElapsedS)
+	fmt.Fprintf(stdout, "  job latency   p50 %.1f ms, p99 %.1f ms (worker handler time)\n", rep.P50MS, rep.P99MS)
 	for _, o := range outs {
 		if o.State != "completed" {
 			fmt.Fprintf(stdout, "  %s %s: %s\n", o.ID, o.State, o.Error)
 		}
 	}
-	if failed+mismatches > 0 {
-		return &exitError{1, fmt.Errorf("%d failed, %d wrong of %d jobs", failed, mismatches, len(outs))}
-	}
-	return nil
+	return err
 }
