@@ -664,7 +664,7 @@ func TestBadInput(t *testing.T) {
 				// batch-mates is tried again (fresh objects) when the
 				// scheduler happened to split them.
 				for attempt := 0; ; attempt++ {
-					shared := runBadCase(t, ctx, e, c, fmt.Sprintf("%scase%d-%d", S, ci, attempt), ci, payloadOf)
+					_, shared := runBadCase(t, ctx, e, c, fmt.Sprintf("%scase%d-%d", S, ci, attempt), ci, payloadOf)
 					mu.Lock()
 					attempts++
 					mu.Unlock()
@@ -694,9 +694,10 @@ func TestBadInput(t *testing.T) {
 }
 
 // runBadCase enqueues c's bad job between two good batch-mates under prefix
-// p and checks all three. It reports whether the bad job shared a command
-// buffer with a batch-mate (only known for jobs that reach the batcher).
-func runBadCase(t *testing.T, ctx context.Context, e *realEnv, c badCase, p string, ci int, payloadOf func(*testing.T, Job) []byte) bool {
+// p and checks all three. It returns the bad job's message, and whether it
+// shared a command buffer with a batch-mate (only known for jobs that
+// reach the batcher).
+func runBadCase(t *testing.T, ctx context.Context, e *realEnv, c badCase, p string, ci int, payloadOf func(*testing.T, Job) []byte) (msg string, shared bool) {
 	t.Helper()
 	j, raw := c.make(t, e, p)
 	if raw == nil {
@@ -734,7 +735,7 @@ func runBadCase(t *testing.T, ctx context.Context, e *realEnv, c badCase, p stri
 	r0 := e.checkGood(t, ctx, mate0, ci%len(e.goods), outs[0])
 	r1 := e.checkGood(t, ctx, mate1, (ci+1)%len(e.goods), outs[1])
 	if !c.sameBatch {
-		return false
+		return fe.Msg, false
 	}
 	_, batch, _ := strings.Cut(fe.Msg, "output (batch ")
 	batch, _, _ = strings.Cut(batch, ")")
@@ -742,5 +743,5 @@ func runBadCase(t *testing.T, ctx context.Context, e *realEnv, c badCase, p stri
 		t.Fatalf("message %q does not name its batch", fe.Msg)
 	}
 	t.Logf("bad job's batch %s; batch-mates' batches %s (%d jobs), %s (%d jobs)", batch, r0.BatchID, r0.BatchJobs, r1.BatchID, r1.BatchJobs)
-	return r0.BatchID == batch || r1.BatchID == batch
+	return fe.Msg, r0.BatchID == batch || r1.BatchID == batch
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/hibiken/asynq"
 	"github.com/rmsgrad/rmsgrad/compute"
@@ -65,7 +66,28 @@ func IsPermanent(err error) bool {
 }
 
 func jobErr(id, tensor, uri string, err error) *JobError {
-	return &JobError{JobID: id, Tensor: tensor, URI: uri, Permanent: IsPermanent(err), Err: err}
+	return &JobError{JobID: id, Tensor: tensor, URI: redactUserinfo(uri), Permanent: IsPermanent(err), Err: err}
+}
+
+// redactUserinfo hides anything between "://" and an "@" in a URI's
+// authority: a job that smuggles credentials into a URI (which the storage
+// layer rejects) must not have them repeated in its error, the task's
+// last_error and the worker's logs.
+func redactUserinfo(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	auth, path, hasPath := strings.Cut(rest, "/")
+	i := strings.LastIndex(auth, "@")
+	if i < 0 {
+		return uri
+	}
+	s := scheme + "://<redacted>@" + auth[i+1:]
+	if hasPath {
+		s += "/" + path
+	}
+	return s
 }
 
 func limitErr(format string, args ...any) error {
