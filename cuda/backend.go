@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -27,12 +28,18 @@ type Backend struct {
 	fnRows, fnReduce, fnAdd uintptr
 	stream                  uintptr
 	evStart, evEnd          uintptr
+	evK0, evK1              uintptr // around the kernels, for Stats
+	args                    *launchArgs
 
 	mu      sync.Mutex // guards everything below and serializes Execute
 	pool    map[int][]*mem
 	scratch *mem // dw partials, device only
 	table   *mem // job table, pinned host + device
 	closed  bool
+	// launches and last are reused by Execute.
+	launches []phaseLaunch
+	last     Stats
+	allocs   int // cuMemAlloc calls, for the steady-state test
 	// CompileTime is how long NVRTC took at Open.
 	compile time.Duration
 }
@@ -68,7 +75,7 @@ func open() (*Backend, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("cuda: the driver sees no GPU: %w", compute.ErrUnsupported)
 	}
-	b := &Backend{d: d, pool: make(map[int][]*mem)}
+	b := &Backend{d: d, pool: make(map[int][]*mem), args: new(launchArgs)}
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, 0)); err != nil {
 		return nil, err
 	}
@@ -128,7 +135,7 @@ func open() (*Backend, error) {
 	if err := d.check("cuStreamCreate", d.cuStreamCreate(&b.stream, streamNonBlocking)); err != nil {
 		return nil, err
 	}
-	for _, e := range []*uintptr{&b.evStart, &b.evEnd} {
+	for _, e := range []*uintptr{&b.evStart, &b.evEnd, &b.evK0, &b.evK1} {
 		if err := d.check("cuEventCreate", d.cuEventCreate(e, eventDefault)); err != nil {
 			return nil, err
 		}
@@ -149,6 +156,9 @@ func (b *Backend) compileKernels() ([]byte, error) {
 	}
 	defer nv.nvrtcDestroyProgram(&prog)
 	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo"}
+	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
+	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
+	opts = append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
 	cstr := make([][]byte, len(opts))
 	ptrs := make([]*byte, len(opts))
 	for i, o := range opts {
@@ -227,6 +237,7 @@ func (b *Backend) getMem(n int, withHost bool) (*mem, error) {
 			return m, nil
 		}
 	}
+	b.allocs++
 	m := &mem{size: c}
 	if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(c))); err != nil {
 		return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
@@ -313,7 +324,7 @@ func (b *Backend) destroy() {
 	b.freeMem(b.scratch)
 	b.freeMem(b.table)
 	b.scratch, b.table = nil, nil
-	for _, e := range []uintptr{b.evStart, b.evEnd} {
+	for _, e := range []uintptr{b.evStart, b.evEnd, b.evK0, b.evK1} {
 		if e != 0 {
 			d.cuEventDestroy(e)
 		}
@@ -327,7 +338,7 @@ func (b *Backend) destroy() {
 	if b.ctx != 0 {
 		d.cuDevicePrimaryCtxRel(b.dev)
 	}
-	b.stream, b.mod, b.ctx, b.evStart, b.evEnd = 0, 0, 0, 0, 0
+	b.stream, b.mod, b.ctx, b.evStart, b.evEnd, b.evK0, b.evK1 = 0, 0, 0, 0, 0, 0, 0
 }
 
 // buffer is a compute.Buffer: pinned host view plus device copy.

@@ -4,14 +4,273 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/shaders"
 )
 
-// Execute is NOT implemented yet: the job-table planner (uploads, fused
-// launches of shaders.CUDARowsKernel per phase, dw reduction, downloads, one
-// synchronize) was not finished by the deadline. It fails every call with an
-// error wrapping compute.ErrUnsupported so callers fall back to cpu.
+// jobEntry is the device layout of struct Job in shaders/rms_norm_backward.cu
+// (96 bytes; TestJobEntryLayout pins it).
+type jobEntry struct {
+	x, w, dy, r, dx, part, dw uint64
+	rows, dim, rg, g          int32
+	flags                     int32
+	eps                       float32
+	start, rstart             int32
+	_, _                      int32
+}
+
+const jobEntrySize = int(unsafe.Sizeof(jobEntry{}))
+
+// launchArgs holds kernel arguments in Go heap memory that does not move, and
+// the pointer array cuLaunchKernel reads them through.
+type launchArgs struct {
+	table, bmap uint64
+	a, b, c     uint64
+	n           int64
+	two         [2]unsafe.Pointer
+	four        [4]unsafe.Pointer
+}
+
+// phaseLaunch is where one phase's table parts live and how many blocks its
+// two launches have.
+type phaseLaunch struct {
+	table, bmapRows, bmapRed int // byte offsets into the job table
+	rowBlocks, redBlocks     int
+}
+
+// Stats is what the last Execute measured with device events.
+type Stats struct {
+	Total   time.Duration // first upload to last download
+	Kernels time.Duration // the launches alone
+	Jobs    int           // job-table entries launched
+	Uploads int           // bytes copied host to device (inputs and table)
+	Downs   int           // bytes copied device to host
+}
+
+// LastStats returns the event timings of the last successful Execute.
+func (b *Backend) LastStats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
+}
+
+// own returns buf as a live buffer of this backend.
+func (b *Backend) own(buf compute.Buffer) (*buffer, error) {
+	x, ok := buf.(*buffer)
+	if !ok || x.b != b {
+		return nil, fmt.Errorf("cuda: buffer %T is not a buffer of this backend: %w", buf, compute.ErrInvalidArgument)
+	}
+	if x.released {
+		return nil, fmt.Errorf("cuda: buffer %v was released: %w", x.shape, compute.ErrInvalidArgument)
+	}
+	return x, nil
+}
+
+// gmax is the most groups one job is split into: two resident blocks per
+// multiprocessor, so a large job is one wave of persistent blocks.
+func (b *Backend) gmax() int { return 2 * max(b.sms, 1) }
+
+// Execute runs ops on the backend's stream: uploads of every input no earlier
+// op writes (from the buffers' pinned host memory), the job table, then for
+// each phase one launch of the rows kernel over all its entries and one of
+// the dw reduction (stream order is the barrier between phases), downloads
+// of every written buffer, and one synchronize. The time returned is the
+// device time from the first upload to the last download.
 func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration, error) {
-	return 0, fmt.Errorf("cuda: Execute not implemented yet: %w", compute.ErrUnsupported)
+	return b.execute(ctx, ops, true)
+}
+
+// execute is Execute; transfers false leaves the buffers' device copies as
+// they are (benchmarks of device-resident data).
+func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, fmt.Errorf("cuda: Execute after Close: %w", compute.ErrDevice)
+	}
+	p, err := planOps(ops, b.gmax(), b.own)
+	if err != nil {
+		return 0, err
+	}
+	unlock, err := b.bindCtx()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+
+	// Lay out the job table (all phases) and the dw partial scratch (the
+	// largest phase's; phases run one after another on the stream).
+	launches := b.launches[:0]
+	off, scratch, nent := 0, 0, 0
+	align := func(n int) int { return (n + 15) &^ 15 }
+	for _, ph := range p.phases {
+		var l phaseLaunch
+		l.table = off
+		off = align(off + len(ph)*jobEntrySize)
+		ps := 0
+		for i := range ph {
+			e := &ph[i]
+			l.rowBlocks += e.g
+			l.redBlocks += e.redBlocks()
+			if e.dw != nil {
+				ps = align(ps + 4*e.g*e.dim)
+			}
+		}
+		l.bmapRows = off
+		off = align(off + 4*l.rowBlocks)
+		l.bmapRed = off
+		off = align(off + 4*l.redBlocks)
+		scratch = max(scratch, ps)
+		nent += len(ph)
+		launches = append(launches, l)
+	}
+	b.launches = launches
+	if err := b.ensure(&b.table, off, true); err != nil {
+		return 0, err
+	}
+	if err := b.ensure(&b.scratch, scratch, false); err != nil {
+		return 0, err
+	}
+
+	if off == 0 {
+		return 0, nil // nothing to run (only empty phases)
+	}
+	// Fill the table in pinned host memory.
+	host := unsafe.Slice((*byte)(b.table.host), b.table.size)
+	dev := func(x *buffer) uint64 {
+		if x == nil {
+			return 0
+		}
+		return x.m.dptr
+	}
+	for pi, ph := range p.phases {
+		l := launches[pi]
+		if len(ph) == 0 {
+			continue
+		}
+		tab := unsafe.Slice((*jobEntry)(unsafe.Pointer(&host[l.table])), len(ph))
+		bmr := unsafe.Slice((*int32)(unsafe.Pointer(&host[l.bmapRows])), l.rowBlocks)
+		var bmd []int32
+		if l.redBlocks > 0 {
+			bmd = unsafe.Slice((*int32)(unsafe.Pointer(&host[l.bmapRed])), l.redBlocks)
+		}
+		start, rstart, part := 0, 0, 0
+		for i := range ph {
+			e := &ph[i]
+			je := jobEntry{
+				x: dev(e.x), w: dev(e.w), dy: dev(e.dy), r: dev(e.r), dx: dev(e.dx), dw: dev(e.dw),
+				rows: int32(e.rows), dim: int32(e.dim), rg: int32(e.rg), g: int32(e.g),
+				flags: e.flags(), eps: e.eps, start: int32(start), rstart: int32(rstart),
+			}
+			if e.dw != nil {
+				je.part = b.scratch.dptr + uint64(part)
+				part = align(part + 4*e.g*e.dim)
+			}
+			tab[i] = je
+			for k := 0; k < e.g; k++ {
+				bmr[start+k] = int32(i)
+			}
+			start += e.g
+			for k := range e.redBlocks() {
+				bmd[rstart+k] = int32(i)
+			}
+			rstart += e.redBlocks()
+		}
+	}
+
+	d, s := b.d, b.stream
+	st := Stats{Jobs: nent, Uploads: off}
+	if err := d.check("cuEventRecord", d.cuEventRecord(b.evStart, s)); err != nil {
+		return 0, err
+	}
+	if transfers {
+		for _, x := range p.uploads {
+			if err := d.check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(x.m.dptr, x.m.host, uintptr(x.nbytes()), s)); err != nil {
+				return 0, fmt.Errorf("cuda: uploading a %v buffer: %w", x.shape, err)
+			}
+			st.Uploads += x.nbytes()
+		}
+	}
+	if off > 0 {
+		if err := d.check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(b.table.dptr, b.table.host, uintptr(off), s)); err != nil {
+			return 0, fmt.Errorf("cuda: uploading the job table (%d bytes): %w", off, err)
+		}
+	}
+	if err := d.check("cuEventRecord", d.cuEventRecord(b.evK0, s)); err != nil {
+		return 0, err
+	}
+	for _, l := range launches {
+		if err := b.launch(b.fnRows, shaders.CUDARowsKernel, l.rowBlocks, l.table, l.bmapRows); err != nil {
+			return 0, err
+		}
+		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, l.redBlocks, l.table, l.bmapRed); err != nil {
+			return 0, err
+		}
+	}
+	if err := d.check("cuEventRecord", d.cuEventRecord(b.evK1, s)); err != nil {
+		return 0, err
+	}
+	if transfers {
+		for _, x := range p.downloads {
+			if err := d.check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(x.m.host, x.m.dptr, uintptr(x.nbytes()), s)); err != nil {
+				return 0, fmt.Errorf("cuda: downloading a %v buffer: %w", x.shape, err)
+			}
+			st.Downs += x.nbytes()
+		}
+	}
+	if err := d.check("cuEventRecord", d.cuEventRecord(b.evEnd, s)); err != nil {
+		return 0, err
+	}
+	if err := d.check("cuStreamSynchronize", d.cuStreamSynchronize(s)); err != nil {
+		return 0, fmt.Errorf("cuda: running %d job-table entries in %d phases: %w", nent, len(launches), err)
+	}
+	var ms, kms float32
+	if err := d.check("cuEventElapsedTime", d.cuEventElapsedTime(&ms, b.evStart, b.evEnd)); err != nil {
+		return 0, err
+	}
+	if err := d.check("cuEventElapsedTime", d.cuEventElapsedTime(&kms, b.evK0, b.evK1)); err != nil {
+		return 0, err
+	}
+	st.Total = time.Duration(float64(ms) * float64(time.Millisecond))
+	st.Kernels = time.Duration(float64(kms) * float64(time.Millisecond))
+	b.last = st
+	return st.Total, nil
+}
+
+// launch runs fn over blocks blocks of rowsThreads threads with the job
+// table at byte offset table and the block map at bmap; no-op for 0 blocks.
+func (b *Backend) launch(fn uintptr, name string, blocks, table, bmap int) error {
+	if blocks == 0 {
+		return nil
+	}
+	a := b.args
+	a.table = b.table.dptr + uint64(table)
+	a.bmap = b.table.dptr + uint64(bmap)
+	a.two = [2]unsafe.Pointer{unsafe.Pointer(&a.table), unsafe.Pointer(&a.bmap)}
+	r := b.d.cuLaunchKernel(fn, uint32(blocks), 1, 1, rowsThreads, 1, 1, 0, b.stream, unsafe.Pointer(&a.two[0]), nil)
+	if err := b.d.check("cuLaunchKernel("+name+")", r); err != nil {
+		return fmt.Errorf("cuda: launching %s over %d blocks: %w", name, blocks, err)
+	}
+	return nil
+}
+
+// ensure makes *m at least n bytes (device, and pinned host when withHost),
+// reallocating only to grow; the stream is idle between Executes, so the old
+// allocation can be freed at once.
+func (b *Backend) ensure(m **mem, n int, withHost bool) error {
+	if n == 0 || (*m != nil && (*m).size >= n) {
+		return nil
+	}
+	nm, err := b.getMem(n, withHost)
+	if err != nil {
+		return err
+	}
+	b.freeMem(*m)
+	*m = nm
+	return nil
 }

@@ -1,5 +1,5 @@
 // RMSNorm backward for the cuda backend, compiled by NVRTC at start-up for the
-// device's architecture (cuda/nvrtc.go). Self-contained: NVRTC sees no host
+// device's architecture (cuda/backend.go). Self-contained: NVRTC sees no host
 // headers.
 //
 // x is [rows, dim], w is [dim], dy is [rows, dim]:
@@ -9,23 +9,29 @@
 //   dw[i]   = sum_b dy[b,i] * x[b,i] * r[b]
 //
 // One kernel, rms_norm_backward_rows_f32, runs every row-wise piece of work of
-// a batch over a job table (one launch for many jobs: per-launch cost is what
-// decides small-job throughput). Each job entry says what to do with flags:
-// compute r (or read it), write r, write dx, write dw partials. The three
-// kernels of compute (rms_norm_compute_rms_inv_f32, rms_norm_backward_dx_f32,
-// rms_norm_backward_dw_f32) are flag sets of this one code path, so a job whose
-// RMSInv, DX and DW the backend fuses into one pass gives the same bits as the
-// three run apart: the arithmetic is the same instructions in the same order.
-// Every float operation uses an explicit round-to-nearest intrinsic so the
-// compiler cannot contract or reorder differently between variants.
+// one phase of a batch over a job table (one launch for many jobs: per-launch
+// cost is what decides small-job throughput). A block map gives each block its
+// job; the block then owns a group of consecutive rows of that job (persistent
+// blocks: a large job gets about two groups per multiprocessor). Each job
+// entry says what to do with flags: compute r (or read it), write r, write
+// dx, write dw partials. The three kernels of compute
+// (rms_norm_compute_rms_inv_f32, rms_norm_backward_dx_f32,
+// rms_norm_backward_dw_f32) are flag sets of this one code path, so a job
+// whose RMSInv, DX and DW the backend fuses into one pass gives the same bits
+// as the three run apart: the arithmetic is the same instructions in the
+// same order. Every float operation uses an explicit round-to-nearest
+// intrinsic so the compiler cannot contract or reorder differently between
+// variants.
 //
 // Determinism: the reduction order of a row depends only on dim (thread t owns
 // 4-element chunks t, t+256, ...; each thread sums its chunks in order, then a
 // fixed xor-butterfly per warp, then the 8 warp sums in order). dw partials
-// are per row group ([G, dim], G and the group size a function of rows only,
-// rows inside a group summed in order) and rms_norm_dw_reduce_f32 adds the G
-// partials of each column in order. No float atomics anywhere, so dx and dw
-// are bitwise identical across runs, batch compositions and recording orders.
+// are per row group ([G, dim], the group size a function of rows and the
+// device's multiprocessor count only, rows inside a group summed in order) and
+// rms_norm_dw_reduce_f32 adds the G partials of each column in a fixed tree
+// (32 strided slices summed in order, then the slices in order). No float
+// atomics anywhere, so dx and dw are bitwise identical across runs, batch
+// compositions and recording orders.
 
 #define RMS_THREADS 256
 #define RMS_WARPS (RMS_THREADS / 32)
@@ -33,14 +39,22 @@
 // keeps the whole row of x and dy in registers, so x and dy are read once.
 // Larger dims take the same arithmetic with re-reads from global memory.
 #define RMS_KMAX 8
+// Rows with at most RMS_PF_KMAX chunks per thread load the next row of the
+// group while the current one is reduced (two rows of registers).
+#ifndef RMS_PF_KMAX
+#define RMS_PF_KMAX 4
+#endif
+#ifndef RMS_MIN_BLOCKS
+#define RMS_MIN_BLOCKS 2
+#endif
 
 #define F_COMPUTE_R 1
 #define F_WRITE_R 2
 #define F_DX 4
 #define F_DW 8
 
-// Job is one entry of the job table; cuda/execute.go writes the same layout
-// (jobEntry, 80 bytes).
+// Job is one entry of the job table; cuda/plan.go writes the same layout
+// (jobEntry, 96 bytes).
 struct Job {
 	const float* x;
 	const float* w;
@@ -51,13 +65,30 @@ struct Job {
 	float* dw;
 	int rows;
 	int dim;
-	int rg; // rows per group
-	int g;  // groups = ceil(rows / rg)
+	int rg;     // rows per group
+	int g;      // groups = ceil(rows / rg) = blocks of the rows kernel
 	int flags;
 	float eps;
+	int start;  // first block of this job in the rows launch
+	int rstart; // first block of this job in the reduce launch
+	int pad0, pad1;
 };
 
-__device__ __forceinline__ void load4(const float* p, int e, int dim, bool vec, float v[4]) {
+__device__ __forceinline__ void load4(const float* __restrict__ p, int e, int dim, bool vec, float v[4]) {
+	if (vec) {
+		float4 t = __ldg(reinterpret_cast<const float4*>(p + e));
+		v[0] = t.x;
+		v[1] = t.y;
+		v[2] = t.z;
+		v[3] = t.w;
+	} else {
+#pragma unroll
+		for (int q = 0; q < 4; q++) v[q] = (e + q < dim) ? __ldg(p + e + q) : 0.0f;
+	}
+}
+
+// Plain (non-__ldg) load for memory this launch writes (dw partials).
+__device__ __forceinline__ void load4rw(const float* p, int e, int dim, bool vec, float v[4]) {
 	if (vec) {
 		float4 t = *reinterpret_cast<const float4*>(p + e);
 		v[0] = t.x;
@@ -104,102 +135,103 @@ __device__ __forceinline__ void dx4(const float xv[4], const float dv[4], const 
 	for (int q = 0; q < 4; q++) out[q] = __fmul_rn(r, __fmaf_rn(-xv[q], c, __fmul_rn(dv[q], wv[q])));
 }
 
-extern "C" __global__ void __launch_bounds__(RMS_THREADS, 2)
-    rms_norm_backward_rows_f32(const Job* __restrict__ jobs) {
-	const Job J = jobs[blockIdx.y];
-	const int grp = blockIdx.x;
-	if (grp >= J.g) return;
+// Sums (ss, s) over the block in a fixed order; red is double-buffered by
+// row parity so one barrier per row suffices.
+__device__ __forceinline__ void block_sum2(float& ss, float& s, float (*red)[2][RMS_WARPS], int p) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	ss = warp_sum(ss);
+	s = warp_sum(s);
+	if (lane == 0) {
+		red[p][0][warp] = ss;
+		red[p][1][warp] = s;
+	}
+	__syncthreads();
+	float tss = 0.0f, ts = 0.0f;
+#pragma unroll
+	for (int i = 0; i < RMS_WARPS; i++) {
+		tss = __fadd_rn(tss, red[p][0][i]);
+		ts = __fadd_rn(ts, red[p][1][i]);
+	}
+	ss = tss;
+	s = ts;
+}
+
+__device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
+	return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)dim), eps)));
+}
+
+// Loads row b's chunks of x (and dy) into registers.
+template <int K>
+__device__ __forceinline__ void load_row(const Job& J, int b, int nch, bool vec, bool needDY, float xv[K][4],
+                                         float dv[K][4]) {
+	const float* xr = J.x + (size_t)b * J.dim;
+	const float* dyr = J.dy + (size_t)b * J.dim;
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		const int c = threadIdx.x + k * RMS_THREADS;
+		if (c < nch) {
+			load4(xr, c * 4, J.dim, vec, xv[k]);
+			if (needDY) load4(dyr, c * 4, J.dim, vec, dv[k]);
+		}
+	}
+}
+
+// The rows of one group with each row held in registers (K chunks per
+// thread). With PF, the next row is loaded while this one is reduced.
+template <int K, bool PF>
+__device__ void rows_regs(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
-	const int K = (nch + RMS_THREADS - 1) / RMS_THREADS;
 	const bool vec = (dim & 3) == 0;
-	const bool regs = K <= RMS_KMAX;
 	const bool doR = (J.flags & F_COMPUTE_R) != 0;
 	const bool doDX = (J.flags & F_DX) != 0;
 	const bool doDW = (J.flags & F_DW) != 0;
 	const bool needDY = doDX || doDW;
 	const int t = threadIdx.x;
-	const int lane = t & 31, warp = t >> 5;
-	__shared__ float red[2][2][RMS_WARPS];
 
-	float dwacc[RMS_KMAX][4];
+	float dwacc[K][4];
 #pragma unroll
-	for (int k = 0; k < RMS_KMAX; k++)
+	for (int k = 0; k < K; k++)
 #pragma unroll
 		for (int q = 0; q < 4; q++) dwacc[k][q] = 0.0f;
 
 	const int b0 = grp * J.rg;
 	const int b1 = min(b0 + J.rg, J.rows);
-	float* part = J.part + (size_t)grp * dim;
+	float xv[K][4], dv[K][4];
+#pragma unroll
+	for (int k = 0; k < K; k++)
+#pragma unroll
+		for (int q = 0; q < 4; q++) xv[k][q] = dv[k][q] = 0.0f;
+	load_row<K>(J, b0, nch, vec, needDY, xv, dv);
 	for (int b = b0; b < b1; b++) {
-		const float* xr = J.x + (size_t)b * dim;
-		const float* dyr = J.dy + (size_t)b * dim;
-		const int p = b & 1;
 		float ss = 0.0f, s = 0.0f;
-		float xv[RMS_KMAX][4], dv[RMS_KMAX][4];
-		if (regs) {
-			// All loads of the row first, so they are in flight together.
-#pragma unroll
-			for (int k = 0; k < RMS_KMAX; k++) {
-				const int c = t + k * RMS_THREADS;
-				if (k < K && c < nch) {
-					load4(xr, c * 4, dim, vec, xv[k]);
-					if (needDY) load4(dyr, c * 4, dim, vec, dv[k]);
-				}
-			}
-			if (doR || doDX) {
-#pragma unroll
-				for (int k = 0; k < RMS_KMAX; k++) {
-					const int c = t + k * RMS_THREADS;
-					if (k < K && c < nch) {
-						float wv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-						if (doDX) load4(J.w, c * 4, dim, vec, wv);
-						accum(xv[k], dv[k], wv, c * 4, dim, doR, doDX, ss, s);
-					}
-				}
-			}
-		} else {
-			for (int c = t; c < nch; c += RMS_THREADS) {
-				float x4[4], d4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-				load4(xr, c * 4, dim, vec, x4);
-				if (doDX) {
-					load4(dyr, c * 4, dim, vec, d4);
-					load4(J.w, c * 4, dim, vec, w4);
-				}
-				accum(x4, d4, w4, c * 4, dim, doR, doDX, ss, s);
-			}
-		}
-		float r = 0.0f, cc = 0.0f;
 		if (doR || doDX) {
-			ss = warp_sum(ss);
-			s = warp_sum(s);
-			if (lane == 0) {
-				red[p][0][warp] = ss;
-				red[p][1][warp] = s;
-			}
-			__syncthreads();
-			float tss = 0.0f, ts = 0.0f;
 #pragma unroll
-			for (int i = 0; i < RMS_WARPS; i++) {
-				tss = __fadd_rn(tss, red[p][0][i]);
-				ts = __fadd_rn(ts, red[p][1][i]);
+			for (int k = 0; k < K; k++) {
+				const int c = t + k * RMS_THREADS;
+				if (c < nch) {
+					float wv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+					if (doDX) load4(J.w, c * 4, dim, vec, wv);
+					accum(xv[k], dv[k], wv, c * 4, dim, doR, doDX, ss, s);
+				}
 			}
-			ss = tss;
-			s = ts;
 		}
+		float xn[PF ? K : 1][4], dn[PF ? K : 1][4];
+		if (PF && b + 1 < b1) load_row<PF ? K : 1>(J, b + 1, nch, vec, needDY, xn, dn);
+		float r = 0.0f, cc = 0.0f;
+		if (doR || doDX) block_sum2(ss, s, red, b & 1);
 		if (doR) {
-			r = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)dim), J.eps)));
+			r = rms_inv(ss, dim, J.eps);
 			if ((J.flags & F_WRITE_R) && t == 0) J.r[b] = r;
 		} else if (needDY) {
 			r = J.r[b];
 		}
 		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
-		if (!needDY) continue;
-		if (regs) {
+		if (needDY) {
 #pragma unroll
-			for (int k = 0; k < RMS_KMAX; k++) {
+			for (int k = 0; k < K; k++) {
 				const int c = t + k * RMS_THREADS;
-				if (k < K && c < nch) {
+				if (c < nch) {
 					if (doDX) {
 						float wv[4], o[4];
 						load4(J.w, c * 4, dim, vec, wv);
@@ -213,66 +245,183 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, 2)
 					}
 				}
 			}
-		} else {
-			for (int c = t; c < nch; c += RMS_THREADS) {
-				float x4[4], d4[4];
-				load4(xr, c * 4, dim, vec, x4);
-				load4(dyr, c * 4, dim, vec, d4);
-				if (doDX) {
-					float w4[4], o[4];
-					load4(J.w, c * 4, dim, vec, w4);
-					dx4(x4, d4, w4, r, cc, o);
-					store4(J.dx + (size_t)b * dim, c * 4, dim, vec, o);
-				}
-				if (doDW) {
-					// Same arithmetic as the register path, the accumulator
-					// living in the group's partial row (only this thread
-					// touches these columns of this group).
-					float a[4], o[4];
-					if (b == b0) {
-						a[0] = a[1] = a[2] = a[3] = 0.0f;
-					} else {
-						load4(part, c * 4, dim, vec, a);
-					}
+		}
+		if (b + 1 < b1) {
+			if (PF) {
 #pragma unroll
-					for (int q = 0; q < 4; q++) o[q] = __fmaf_rn(__fmul_rn(d4[q], x4[q]), r, a[q]);
-					store4(part, c * 4, dim, vec, o);
-				}
+				for (int k = 0; k < K; k++)
+#pragma unroll
+					for (int q = 0; q < 4; q++) {
+						xv[k][q] = xn[PF ? k : 0][q];
+						dv[k][q] = dn[PF ? k : 0][q];
+					}
+			} else {
+				load_row<K>(J, b + 1, nch, vec, needDY, xv, dv);
 			}
 		}
 	}
-	if (doDW && regs) {
+	if (doDW) {
+		float* part = J.part + (size_t)grp * dim;
 #pragma unroll
-		for (int k = 0; k < RMS_KMAX; k++) {
+		for (int k = 0; k < K; k++) {
 			const int c = t + k * RMS_THREADS;
-			if (k < K && c < nch) store4(part, c * 4, dim, vec, dwacc[k]);
+			if (c < nch) store4(part, c * 4, dim, vec, dwacc[k]);
 		}
 	}
 }
 
-// dw[i] = sum over groups g, in order, of part[g, i]. grid: (ceil(dim/256),
-// jobs); entries without F_DW are skipped.
-extern "C" __global__ void __launch_bounds__(RMS_THREADS)
-    rms_norm_dw_reduce_f32(const Job* __restrict__ jobs) {
-	const Job J = jobs[blockIdx.y];
-	if (!(J.flags & F_DW)) return;
-	const int i = blockIdx.x * RMS_THREADS + threadIdx.x;
-	if (i >= J.dim) return;
-	const float* p = J.part + i;
-	float acc = 0.0f;
-	int g = 0;
-	// Four loads in flight per step; the adds stay in group order.
-	for (; g + 4 <= J.g; g += 4) {
-		const float a0 = p[(size_t)(g + 0) * J.dim], a1 = p[(size_t)(g + 1) * J.dim];
-		const float a2 = p[(size_t)(g + 2) * J.dim], a3 = p[(size_t)(g + 3) * J.dim];
-		acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, a0), a1), a2), a3);
+// The rows of one group for dims over RMS_KMAX chunks per thread: the same
+// arithmetic, re-reading x and dy, the dw accumulator living in the group's
+// partial row (only this thread touches these columns of this group).
+__device__ void rows_stream(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
+	const int dim = J.dim;
+	const int nch = (dim + 3) >> 2;
+	const bool vec = (dim & 3) == 0;
+	const bool doR = (J.flags & F_COMPUTE_R) != 0;
+	const bool doDX = (J.flags & F_DX) != 0;
+	const bool doDW = (J.flags & F_DW) != 0;
+	const bool needDY = doDX || doDW;
+	const int t = threadIdx.x;
+	const int b0 = grp * J.rg;
+	const int b1 = min(b0 + J.rg, J.rows);
+	float* part = J.part + (size_t)grp * dim;
+	for (int b = b0; b < b1; b++) {
+		const float* xr = J.x + (size_t)b * dim;
+		const float* dyr = J.dy + (size_t)b * dim;
+		float ss = 0.0f, s = 0.0f;
+		if (doR || doDX) {
+			for (int c = t; c < nch; c += RMS_THREADS) {
+				float x4[4], d4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+				load4(xr, c * 4, dim, vec, x4);
+				if (doDX) {
+					load4(dyr, c * 4, dim, vec, d4);
+					load4(J.w, c * 4, dim, vec, w4);
+				}
+				accum(x4, d4, w4, c * 4, dim, doR, doDX, ss, s);
+			}
+			block_sum2(ss, s, red, b & 1);
+		}
+		float r = 0.0f, cc = 0.0f;
+		if (doR) {
+			r = rms_inv(ss, dim, J.eps);
+			if ((J.flags & F_WRITE_R) && t == 0) J.r[b] = r;
+		} else if (needDY) {
+			r = J.r[b];
+		}
+		if (!needDY) continue;
+		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
+		for (int c = t; c < nch; c += RMS_THREADS) {
+			float x4[4], d4[4];
+			load4(xr, c * 4, dim, vec, x4);
+			load4(dyr, c * 4, dim, vec, d4);
+			if (doDX) {
+				float w4[4], o[4];
+				load4(J.w, c * 4, dim, vec, w4);
+				dx4(x4, d4, w4, r, cc, o);
+				store4(J.dx + (size_t)b * dim, c * 4, dim, vec, o);
+			}
+			if (doDW) {
+				float a[4], o[4];
+				if (b == b0) {
+					a[0] = a[1] = a[2] = a[3] = 0.0f;
+				} else {
+					load4rw(part, c * 4, dim, vec, a);
+				}
+#pragma unroll
+				for (int q = 0; q < 4; q++) o[q] = __fmaf_rn(__fmul_rn(d4[q], x4[q]), r, a[q]);
+				store4(part, c * 4, dim, vec, o);
+			}
+		}
 	}
-	for (; g < J.g; g++) acc = __fadd_rn(acc, p[(size_t)g * J.dim]);
-	J.dw[i] = acc;
 }
 
-// c = a + b over n floats (n a multiple of 4): the device copy ceiling the
-// benchmarks compare with (same bytes per element as our traffic shape).
+// grid: (total groups of all jobs of the launch). bmap[blockIdx.x] is the
+// block's job; its group is blockIdx.x - jobs[j].start.
+extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
+    rms_norm_backward_rows_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+	__shared__ float red[2][2][RMS_WARPS];
+	const Job J = jobs[bmap[blockIdx.x]];
+	const int grp = blockIdx.x - J.start;
+	const int nch = (J.dim + 3) >> 2;
+	const int K = (nch + RMS_THREADS - 1) / RMS_THREADS;
+	switch (K) {
+	case 1:
+		rows_regs<1, (1 <= RMS_PF_KMAX)>(J, grp, red);
+		break;
+	case 2:
+		rows_regs<2, (2 <= RMS_PF_KMAX)>(J, grp, red);
+		break;
+	case 3:
+		rows_regs<3, (3 <= RMS_PF_KMAX)>(J, grp, red);
+		break;
+	case 4:
+		rows_regs<4, (4 <= RMS_PF_KMAX)>(J, grp, red);
+		break;
+	case 5:
+	case 6:
+		rows_regs<6, (6 <= RMS_PF_KMAX)>(J, grp, red);
+		break;
+	case 7:
+	case 8:
+		rows_regs<8, (8 <= RMS_PF_KMAX)>(J, grp, red);
+		break;
+	default:
+		rows_stream(J, grp, red);
+	}
+}
+
+// Reduce layout: a block sums RED_CH chunks of 4 columns over all G partials
+// with RED_SL slices; slice s adds partials s, s+RED_SL, ... in order, then
+// slice sums are added in slice order.
+#define RED_CH 8
+#define RED_SL (RMS_THREADS / RED_CH)
+
+// dw[i] = sum over groups of part[g, i] in a fixed tree. grid: (total reduce
+// blocks); bmap[blockIdx.x] is the block's job.
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    rms_norm_dw_reduce_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+	__shared__ float4 sm[RED_SL][RED_CH];
+	const Job J = jobs[bmap[blockIdx.x]];
+	const int dim = J.dim;
+	const bool vec = (dim & 3) == 0;
+	const int ci = threadIdx.x % RED_CH, sl = threadIdx.x / RED_CH;
+	const int c = (blockIdx.x - J.rstart) * RED_CH + ci;
+	const int e = c * 4;
+	float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	if (e < dim) {
+		int g = sl;
+		// Two loads in flight per step; the adds stay in group order.
+		for (; g + RED_SL < J.g; g += 2 * RED_SL) {
+			float u[4], v[4];
+			load4rw(J.part + (size_t)g * dim, e, dim, vec, u);
+			load4rw(J.part + (size_t)(g + RED_SL) * dim, e, dim, vec, v);
+#pragma unroll
+			for (int q = 0; q < 4; q++) a[q] = __fadd_rn(__fadd_rn(a[q], u[q]), v[q]);
+		}
+		if (g < J.g) {
+			float u[4];
+			load4rw(J.part + (size_t)g * dim, e, dim, vec, u);
+#pragma unroll
+			for (int q = 0; q < 4; q++) a[q] = __fadd_rn(a[q], u[q]);
+		}
+	}
+	sm[sl][ci] = make_float4(a[0], a[1], a[2], a[3]);
+	__syncthreads();
+	if (sl == 0 && e < dim) {
+		float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+		for (int i = 0; i < RED_SL; i++) {
+			const float4 v = sm[i][ci];
+			o[0] = __fadd_rn(o[0], v.x);
+			o[1] = __fadd_rn(o[1], v.y);
+			o[2] = __fadd_rn(o[2], v.z);
+			o[3] = __fadd_rn(o[3], v.w);
+		}
+		store4(J.dw, e, dim, vec, o);
+	}
+}
+
+// c = a + b over n4 float4s: the device bandwidth ceiling the benchmarks
+// compare with (12 bytes per element, as our kernels' minimal traffic).
 extern "C" __global__ void rms_bench_add_f32(const float4* __restrict__ a, const float4* __restrict__ b,
                                              float4* __restrict__ c, long long n4) {
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;

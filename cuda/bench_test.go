@@ -1,0 +1,324 @@
+package cuda
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/computetest"
+)
+
+// BenchResult is one row of the benchmark JSON that scripts/cuda_peers.py
+// turns into the README table.
+type BenchResult struct {
+	Name    string  `json:"name"`
+	Rows    int     `json:"rows"`
+	Dim     int     `json:"dim"`
+	Jobs    int     `json:"jobs"`
+	Bytes   int64   `json:"bytes"`     // minimal traffic: read x, dy, w; write dx, dw
+	OursUS  float64 `json:"ours_us"`   // kernels (rows + dw reduce), median, device-resident
+	CopyUS  float64 `json:"copy_us"`   // cuMemcpyDtoD of Bytes/2 (Bytes moved), median
+	AddUS   float64 `json:"add_us"`    // c = a + b over rows*dim floats, median
+	TotalUS float64 `json:"total_us"`  // one Execute with uploads and downloads
+	Sets    int     `json:"sets"`      // input sets rotated so the L2 cannot hold them
+	Correct bool    `json:"correct"`   // checked against the float64 oracle
+	PerJob  float64 `json:"perjob_us"` // small jobs: kernel time per job
+	Launch1 float64 `json:"one_launch_per_job_us,omitempty"`
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// timeEvents times f (stream work) with the backend's events, in us.
+func (b *Backend) timeEvents(t *testing.T, f func() error) float64 {
+	t.Helper()
+	d, s := b.d, b.stream
+	if err := d.check("cuEventRecord", d.cuEventRecord(b.evStart, s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.check("cuEventRecord", d.cuEventRecord(b.evEnd, s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.check("cuStreamSynchronize", d.cuStreamSynchronize(s)); err != nil {
+		t.Fatal(err)
+	}
+	var ms float32
+	if err := d.check("cuEventElapsedTime", d.cuEventElapsedTime(&ms, b.evStart, b.evEnd)); err != nil {
+		t.Fatal(err)
+	}
+	return float64(ms) * 1000
+}
+
+// ceilings measures a device copy moving bytes (read + write) and the
+// c = a + b kernel over n floats, medians of reps runs, in us.
+func (b *Backend) ceilings(t *testing.T, bytes int64, n, reps int) (copyUS, addUS float64) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	unlock, err := b.bindCtx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	n4 := (n + 3) / 4
+	half := int(bytes / 2)
+	var ms []*mem
+	defer func() {
+		for _, m := range ms {
+			b.freeMem(m)
+		}
+	}()
+	get := func(sz int) *mem {
+		m, err := b.getMem(sz, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+		return m
+	}
+	src, dst := get(half), get(half)
+	a, bb, c := get(16*n4), get(16*n4), get(16*n4)
+	var cp, ad []float64
+	args := b.args
+	for i := 0; i < reps+3; i++ {
+		u := b.timeEvents(t, func() error {
+			return b.d.check("cuMemcpyDtoDAsync", b.d.cuMemcpyDtoDAsync(dst.dptr, src.dptr, uintptr(half), b.stream))
+		})
+		v := b.timeEvents(t, func() error {
+			args.a, args.b, args.c, args.n = a.dptr, bb.dptr, c.dptr, int64(n4)
+			args.four = [4]unsafe.Pointer{unsafe.Pointer(&args.a), unsafe.Pointer(&args.b), unsafe.Pointer(&args.c), unsafe.Pointer(&args.n)}
+			blocks := uint32(min(n4/256+1, 4*max(b.sms, 1)*8))
+			return b.d.check("cuLaunchKernel(add)", b.d.cuLaunchKernel(b.fnAdd, blocks, 1, 1, 256, 1, 1, 0, b.stream, unsafe.Pointer(&args.four[0]), nil))
+		})
+		if i >= 3 {
+			cp, ad = append(cp, u), append(ad, v)
+		}
+	}
+	return median(cp), median(ad)
+}
+
+type benchSet struct {
+	bufs []compute.Buffer
+	ops  []compute.Op
+}
+
+// recordJobs allocates and fills buffers for jobs and records one worker
+// batch (every RMSInv, barrier, every DX and DW).
+func recordJobs(t *testing.T, b *Backend, jobs []computetest.Job) benchSet {
+	t.Helper()
+	var s benchSet
+	type jb struct{ x, w, dy, r, dx, dw compute.Buffer }
+	all := make([]jb, len(jobs))
+	alloc := func(src []float32, shape ...int) compute.Buffer {
+		buf, err := b.Alloc(compute.F32, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.bufs = append(s.bufs, buf)
+		copy(buf.Float32s(), src)
+		return buf
+	}
+	for i, j := range jobs {
+		all[i] = jb{alloc(j.X, j.Rows, j.Dim), alloc(j.W, j.Dim), alloc(j.DY, j.Rows, j.Dim),
+			alloc(nil, j.Rows), alloc(nil, j.Rows, j.Dim), alloc(nil, j.Dim)}
+	}
+	cb := compute.NewCommandBuffer(b)
+	for i, j := range jobs {
+		if err := cb.RMSInv(all[i].x, all[i].r, compute.RMSInvParams(j.Eps, j.Dim), j.Rows, j.Dim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb.Barrier()
+	for i, j := range jobs {
+		a := all[i]
+		if err := cb.DX(a.x, a.w, a.dy, a.r, a.dx, compute.DXParams(j.Dim), j.Rows, j.Dim); err != nil {
+			t.Fatal(err)
+		}
+		if err := cb.DW(a.x, a.dy, a.r, a.dw, compute.DWParams(j.Dim, j.Rows), j.Rows, j.Dim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ops = slices.Clone(cb.Ops())
+	return s
+}
+
+func (s benchSet) release() {
+	for _, b := range s.bufs {
+		b.Release()
+	}
+}
+
+// TestBenchTable measures the kernels on device-resident data against a
+// device copy of the same bytes and writes JSON to $RMSGRAD_CUDA_BENCH
+// (scripts/bench-cuda.sh). Skipped unless that is set. RMSGRAD_CUDA_SHAPES
+// (e.g. "16384x4096,1000x257") overrides the shapes.
+func TestBenchTable(t *testing.T) {
+	out := os.Getenv("RMSGRAD_CUDA_BENCH")
+	if out == "" {
+		t.Skip("set RMSGRAD_CUDA_BENCH=file.json to run the CUDA benchmark table (scripts/bench-cuda.sh)")
+	}
+	b := openOrSkip(t)
+	defer b.Close()
+	ctx := context.Background()
+	shapes := [][2]int{{16384, 4096}, {32768, 8192}, {4096, 4096}, {16384, 5120}, {1000, 257}}
+	if v := os.Getenv("RMSGRAD_CUDA_SHAPES"); v != "" {
+		shapes = nil
+		for _, f := range strings.Split(v, ",") {
+			r, d, _ := strings.Cut(f, "x")
+			ri, _ := strconv.Atoi(r)
+			di, _ := strconv.Atoi(d)
+			shapes = append(shapes, [2]int{ri, di})
+		}
+	}
+	reps := 30
+	var results []BenchResult
+	for si, sh := range shapes {
+		rows, dim := sh[0], sh[1]
+		n := rows * dim
+		bytes := int64(12*n + 8*dim)
+		// Rotate input sets so that together they are well over the 60 MB L2.
+		nsets := int(min(128, max(1, (256<<20)/bytes)))
+		jobs := make([]computetest.Job, nsets)
+		sets := make([]benchSet, nsets)
+		for k := range sets {
+			jobs[k] = computetest.NewJob(uint64(1000*si+k), rows, dim)
+			sets[k] = recordJobs(t, b, jobs[k:k+1])
+		}
+		t0 := time.Now()
+		total := 0.0
+		for k := range sets { // uploads every set, checks one
+			d, err := b.execute(ctx, sets[k].ops, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total = float64(d.Microseconds())
+		}
+		o := computetest.Output{R: sets[0].bufs[3].Float32s(), DX: sets[0].bufs[4].Float32s(), DW: sets[0].bufs[5].Float32s()}
+		correct := jobs[0].Check(o) == nil
+		if !correct {
+			t.Errorf("%dx%d: %v", rows, dim, jobs[0].Check(o))
+		}
+		ref := computetest.Output{R: slices.Clone(o.R), DX: slices.Clone(o.DX), DW: slices.Clone(o.DW)}
+		var ks []float64
+		for i := 0; i < reps+3; i++ {
+			k := i % nsets
+			if _, err := b.execute(ctx, sets[k].ops, false); err != nil {
+				t.Fatal(err)
+			}
+			if i >= 3 {
+				ks = append(ks, float64(b.LastStats().Kernels.Nanoseconds())/1000)
+			}
+		}
+		// Bitwise determinism across the repeated runs on set 0.
+		if _, err := b.execute(ctx, sets[0].ops, true); err != nil {
+			t.Fatal(err)
+		}
+		if d := computetest.BitsEqual(ref, computetest.Output{R: sets[0].bufs[3].Float32s(), DX: sets[0].bufs[4].Float32s(), DW: sets[0].bufs[5].Float32s()}); d != "" {
+			t.Errorf("%dx%d: rerun differs: %s", rows, dim, d)
+		}
+		cp, ad := b.ceilings(t, bytes, n, reps)
+		for _, s := range sets {
+			s.release()
+		}
+		r := BenchResult{Name: fmt.Sprintf("%dx%d", rows, dim), Rows: rows, Dim: dim, Jobs: 1, Bytes: bytes,
+			OursUS: median(ks), CopyUS: cp, AddUS: ad, TotalUS: total, Sets: nsets, Correct: correct}
+		results = append(results, r)
+		t.Logf("%-12s ours %8.1f us  copy %8.1f us (%.0f GB/s)  add %8.1f us  -> %.1f%% of copy  (sets %d, setup %v)",
+			r.Name, r.OursUS, r.CopyUS, float64(bytes)/r.CopyUS/1e3, r.AddUS, 100*r.CopyUS/r.OursUS, nsets, time.Since(t0).Round(time.Millisecond))
+	}
+
+	// 256 small jobs (8x1024) in one command buffer, rotating 8 batches.
+	const nj, rows, dim = 256, 8, 1024
+	nb := 8
+	batches := make([]benchSet, nb)
+	var jobs0 []computetest.Job
+	for k := range batches {
+		jobs := make([]computetest.Job, nj)
+		for i := range jobs {
+			jobs[i] = computetest.NewJob(uint64(50000+k*nj+i), rows, dim)
+		}
+		if k == 0 {
+			jobs0 = jobs
+		}
+		batches[k] = recordJobs(t, b, jobs)
+	}
+	total := 0.0
+	for k := range batches {
+		d, err := b.execute(ctx, batches[k].ops, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total = float64(d.Nanoseconds()) / 1000
+	}
+	correct := true
+	for i, j := range jobs0 {
+		bf := batches[0].bufs[6*i:]
+		if err := j.Check(computetest.Output{R: bf[3].Float32s(), DX: bf[4].Float32s(), DW: bf[5].Float32s()}); err != nil {
+			t.Errorf("small job %d: %v", i, err)
+			correct = false
+			break
+		}
+	}
+	var ks []float64
+	for i := 0; i < reps+3; i++ {
+		if _, err := b.execute(ctx, batches[i%nb].ops, false); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 3 {
+			ks = append(ks, float64(b.LastStats().Kernels.Nanoseconds())/1000)
+		}
+	}
+	// The same 256 jobs one command buffer each: launch cost per job.
+	var one []float64
+	for rep := 0; rep < 3; rep++ {
+		sum := 0.0
+		for i := 0; i < nj; i++ {
+			ops := batches[0].ops
+			// Job i's RMSInv, the barrier, its DX and DW.
+			sub := []compute.Op{ops[i], {Kind: compute.OpBarrier}, ops[nj+1+2*i], ops[nj+2+2*i]}
+			if _, err := b.execute(ctx, sub, false); err != nil {
+				t.Fatal(err)
+			}
+			sum += float64(b.LastStats().Kernels.Nanoseconds()) / 1000
+		}
+		one = append(one, sum/nj)
+	}
+	for _, s := range batches {
+		s.release()
+	}
+	bytes := int64(nj * (12*rows*dim + 8*dim))
+	cp, ad := b.ceilings(t, bytes, nj*rows*dim, reps)
+	r := BenchResult{Name: fmt.Sprintf("%d jobs %dx%d", nj, rows, dim), Rows: rows, Dim: dim, Jobs: nj, Bytes: bytes,
+		OursUS: median(ks), CopyUS: cp, AddUS: ad, TotalUS: total, Sets: nb, Correct: correct,
+		PerJob: median(ks) / nj, Launch1: median(one)}
+	results = append(results, r)
+	t.Logf("%s: kernels %.1f us = %.3f us/job (one command buffer per job: %.2f us/job); with transfers %.1f us",
+		r.Name, r.OursUS, r.PerJob, r.Launch1, r.TotalUS)
+
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := json.NewEncoder(f)
+	enc.SetIndent("", " ")
+	if err := enc.Encode(map[string]any{"device": b.DeviceName(), "nvrtc_opts": os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"), "results": results}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

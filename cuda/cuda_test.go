@@ -1,0 +1,104 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/computetest"
+)
+
+// openOrSkip opens the backend or skips the test saying why. With
+// RMSGRAD_REQUIRE_CUDA=1 (set on the GPU machine) a missing device fails
+// instead, so a skip can never pass for a GPU run.
+func openOrSkip(t *testing.T) *Backend {
+	t.Helper()
+	b, err := open()
+	if err != nil {
+		if !errors.Is(err, compute.ErrUnsupported) {
+			t.Fatalf("Open: %v", err)
+		}
+		if os.Getenv("RMSGRAD_REQUIRE_CUDA") == "1" {
+			t.Fatalf("RMSGRAD_REQUIRE_CUDA=1 but no usable CUDA device: %v", err)
+		}
+		t.Skipf("no CUDA device here (expected on machines without an NVIDIA GPU, as in CI): %v", err)
+	}
+	return b
+}
+
+// On a machine without a GPU, Open must fail fast with ErrUnsupported and a
+// reason, never panic; on a GPU machine it must name the device and arch.
+func TestOpen(t *testing.T) {
+	b := openOrSkip(t)
+	defer b.Close()
+	if b.Name() != "cuda" {
+		t.Errorf("Name() = %q, want cuda", b.Name())
+	}
+	t.Logf("device %s, %d SMs, NVRTC compile %v", b.DeviceName(), b.sms, b.CompileTime())
+}
+
+// The whole conformance suite against the float64 oracle, on the GPU.
+func TestConformance(t *testing.T) {
+	openOrSkip(t).Close()
+	computetest.Run(t, func(t *testing.T) compute.Backend { return openOrSkip(t) })
+}
+
+// A steady-state worker allocates no device or pinned memory: the second
+// run of the same batch (buffers released and re-allocated from the pool,
+// job table and partials reused) calls cuMemAlloc/cuMemHostAlloc zero times.
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	b := openOrSkip(t)
+	defer b.Close()
+	jobs := []computetest.Job{computetest.NewJob(1, 64, 4096), computetest.NewJob(2, 8, 1024), computetest.NewJob(3, 3, 257)}
+	ctx := context.Background()
+	first, err := computetest.RunJobs(ctx, b, jobs, computetest.DXThenDW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.allocs
+	for i := 0; i < 3; i++ {
+		got, err := computetest.RunJobs(ctx, b, jobs, computetest.AllDXThenAllDW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range got {
+			if d := computetest.BitsEqual(got[k], first[k]); d != "" {
+				t.Fatalf("run %d job %d: %s", i, k, d)
+			}
+		}
+	}
+	if n := b.allocs - before; n != 0 {
+		t.Fatalf("steady state made %d device/pinned allocations, want 0", n)
+	}
+	st := b.LastStats()
+	if st.Jobs != len(jobs) {
+		t.Errorf("LastStats().Jobs = %d, want %d fused entries (RMSInv+DX+DW as one)", st.Jobs, len(jobs))
+	}
+	if st.Kernels <= 0 || st.Total < st.Kernels {
+		t.Errorf("LastStats() = %+v: want 0 < Kernels <= Total", st)
+	}
+}
+
+// The job table layout must match struct Job in the .cu file.
+func TestJobEntryLayout(t *testing.T) {
+	var e jobEntry
+	if jobEntrySize != 96 {
+		t.Fatalf("sizeof(jobEntry) = %d, want 96", jobEntrySize)
+	}
+	for _, f := range []struct {
+		name      string
+		off, want uintptr
+	}{
+		{"part", unsafe.Offsetof(e.part), 40}, {"dw", unsafe.Offsetof(e.dw), 48},
+		{"rows", unsafe.Offsetof(e.rows), 56}, {"g", unsafe.Offsetof(e.g), 68},
+		{"flags", unsafe.Offsetof(e.flags), 72}, {"eps", unsafe.Offsetof(e.eps), 76},
+		{"start", unsafe.Offsetof(e.start), 80}, {"rstart", unsafe.Offsetof(e.rstart), 84},
+	} {
+		if f.off != f.want {
+			t.Errorf("offset of %s = %d, want %d", f.name, f.off, f.want)
+		}
+	}
+}

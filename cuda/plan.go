@@ -1,0 +1,239 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+)
+
+// Job-table flags; the same values as F_* in shaders/rms_norm_backward.cu.
+const (
+	flagComputeR = 1
+	flagWriteR   = 2
+	flagDX       = 4
+	flagDW       = 8
+)
+
+// Launch geometry; the same values as RMS_THREADS and RED_CH in the .cu.
+const (
+	rowsThreads = 256
+	redChunks   = 8 // 4-column chunks per reduce block
+)
+
+// entry is one row of a phase's job table before device pointers are known:
+// the rows of one job with the work the flags name. An RMSInv fused with the
+// DX and/or DW of the next phase is one entry (computeR, writeR, dx, dw).
+type entry struct {
+	x, w, dy, r, dx, dw *buffer
+	computeR, writeR    bool
+	rows, dim           int
+	eps                 float32
+	rg, g               int // rows per group, groups (= blocks of the rows kernel)
+}
+
+func (e *entry) flags() int32 {
+	var f int32
+	if e.computeR {
+		f |= flagComputeR
+	}
+	if e.writeR {
+		f |= flagWriteR
+	}
+	if e.dx != nil {
+		f |= flagDX
+	}
+	if e.dw != nil {
+		f |= flagDW
+	}
+	return f
+}
+
+// redBlocks is the number of reduce blocks of a DW entry (0 otherwise).
+func (e *entry) redBlocks() int {
+	if e.dw == nil {
+		return 0
+	}
+	nch := (e.dim + 3) / 4
+	return (nch + redChunks - 1) / redChunks
+}
+
+// execPlan is what Execute does for one op list: the buffers to upload
+// (inputs not written earlier in the list), the entries of each phase (one
+// rows launch and at most one reduce launch per phase) and the buffers to
+// download (everything written).
+type execPlan struct {
+	uploads   []*buffer
+	phases    [][]entry
+	downloads []*buffer
+}
+
+// groups returns the rows per group and the group count for a job of rows
+// rows when at most gmax groups are wanted. It depends only on rows and
+// gmax (fixed per device), so the dw summation order is too.
+func groups(rows, gmax int) (rg, g int) {
+	rg = (rows + gmax - 1) / gmax
+	return rg, (rows + rg - 1) / rg
+}
+
+// planOps turns validated ops into an execPlan. own maps a compute.Buffer to
+// this backend's *buffer (an error for a foreign or released one). gmax is
+// the most groups (blocks) one job's rows are split into.
+func planOps(ops []compute.Op, gmax int, own func(compute.Buffer) (*buffer, error)) (*execPlan, error) {
+	var phases [][]compute.Op
+	start := 0
+	for i := range ops {
+		if ops[i].Kind == compute.OpBarrier {
+			if i > start {
+				phases = append(phases, ops[start:i])
+			}
+			start = i + 1
+		}
+	}
+	if start < len(ops) {
+		phases = append(phases, ops[start:])
+	}
+	p := &execPlan{phases: make([][]entry, len(phases))}
+
+	// Transfers: an input is uploaded unless an earlier op wrote it; every
+	// output is downloaded, in first-write order.
+	written := map[compute.Buffer]bool{}
+	uploaded := map[compute.Buffer]bool{}
+	var firstErr error
+	get := func(buf compute.Buffer) *buffer {
+		if buf == nil {
+			return nil
+		}
+		b, err := own(buf)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		return b
+	}
+	for _, ph := range phases {
+		for i := range ph {
+			o := &ph[i]
+			var in [4]compute.Buffer
+			var out compute.Buffer
+			switch o.Kind {
+			case compute.OpRMSInv:
+				in, out = [4]compute.Buffer{o.X}, o.R
+			case compute.OpDX:
+				in, out = [4]compute.Buffer{o.X, o.W, o.DY, o.R}, o.DX
+			case compute.OpDW:
+				in, out = [4]compute.Buffer{o.X, o.DY, o.R}, o.DW
+			default:
+				return nil, fmt.Errorf("cuda: op kind %d: %w", o.Kind, compute.ErrInvalidArgument)
+			}
+			for _, buf := range in {
+				if buf != nil && !written[buf] && !uploaded[buf] {
+					uploaded[buf] = true
+					if b := get(buf); b != nil {
+						p.uploads = append(p.uploads, b)
+					}
+				}
+			}
+			if !written[out] {
+				written[out] = true
+				if b := get(out); b != nil {
+					p.downloads = append(p.downloads, b)
+				}
+			}
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+
+	// users[k] maps a buffer to the ops of phase k that touch it, so fusion
+	// is found in linear time for large batches.
+	users := make([]map[compute.Buffer][]int, len(phases))
+	for k, ph := range phases {
+		m := make(map[compute.Buffer][]int, 6*len(ph))
+		for i := range ph {
+			o := &ph[i]
+			for _, buf := range [...]compute.Buffer{o.X, o.W, o.DY, o.R, o.DX, o.DW} {
+				if buf == nil {
+					continue
+				}
+				if l := m[buf]; len(l) == 0 || l[len(l)-1] != i {
+					m[buf] = append(l, i)
+				}
+			}
+		}
+		users[k] = m
+	}
+	consumed := make([]map[int]bool, len(phases))
+	for k := range phases {
+		consumed[k] = map[int]bool{}
+	}
+	for k, ph := range phases {
+		for i := range ph {
+			if consumed[k][i] {
+				continue
+			}
+			o := &ph[i]
+			e := entry{x: get(o.X), rows: o.Rows, dim: o.Dim}
+			switch o.Kind {
+			case compute.OpRMSInv:
+				e.r, e.computeR, e.writeR, e.eps = get(o.R), true, true, o.Eps()
+				if k+1 < len(phases) {
+					if dxi, dwi, ok := fusable(o, phases[k+1], users[k+1][o.R]); ok {
+						// The fused entry runs in phase k+1, where r is
+						// first read; it computes r exactly as the RMSInv
+						// alone would and still writes it.
+						if dxi >= 0 {
+							d := &phases[k+1][dxi]
+							e.w, e.dy, e.dx = get(d.W), get(d.DY), get(d.DX)
+							consumed[k+1][dxi] = true
+						}
+						if dwi >= 0 {
+							d := &phases[k+1][dwi]
+							e.dy, e.dw = get(d.DY), get(d.DW)
+							consumed[k+1][dwi] = true
+						}
+						e.rg, e.g = groups(e.rows, gmax)
+						p.phases[k+1] = append(p.phases[k+1], e)
+						continue
+					}
+				}
+			case compute.OpDX:
+				e.w, e.dy, e.r, e.dx = get(o.W), get(o.DY), get(o.R), get(o.DX)
+			case compute.OpDW:
+				e.dy, e.r, e.dw = get(o.DY), get(o.R), get(o.DW)
+			}
+			e.rg, e.g = groups(e.rows, gmax)
+			p.phases[k] = append(p.phases[k], e)
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return p, nil
+}
+
+// fusable finds the DX and DW in next that read inv's r from inv's x;
+// users lists the ops of next that touch inv.R. It fuses only when those
+// are the sole users of r in next, there is at most one of each, and they
+// agree on dy: then computing r inside their row loop changes nothing
+// anyone can observe.
+func fusable(inv *compute.Op, next []compute.Op, users []int) (dxi, dwi int, ok bool) {
+	dxi, dwi = -1, -1
+	for _, i := range users {
+		o := &next[i]
+		switch {
+		case o.Kind == compute.OpDX && o.R == inv.R && o.X == inv.X && dxi < 0 && o.DX != inv.R && o.W != inv.R && o.DY != inv.R:
+			dxi = i
+		case o.Kind == compute.OpDW && o.R == inv.R && o.X == inv.X && dwi < 0 && o.DW != inv.R && o.DY != inv.R:
+			dwi = i
+		default:
+			return -1, -1, false
+		}
+	}
+	if dxi < 0 && dwi < 0 {
+		return -1, -1, false
+	}
+	if dxi >= 0 && dwi >= 0 && next[dxi].DY != next[dwi].DY {
+		return -1, -1, false
+	}
+	return dxi, dwi, true
+}

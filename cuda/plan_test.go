@@ -1,0 +1,207 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+)
+
+// fakeBackend records ops without a GPU, so the planner can be tested on
+// any machine: its buffers are plain *buffer values the planner accepts.
+type fakeBackend struct{ ops []compute.Op }
+
+func (f *fakeBackend) Name() string       { return "fake" }
+func (f *fakeBackend) DeviceName() string { return "fake" }
+func (f *fakeBackend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, error) {
+	return &buffer{dtype: dtype, shape: shape, n: compute.NumElements(shape)}, nil
+}
+func (f *fakeBackend) Close() error { return nil }
+func (f *fakeBackend) Execute(_ context.Context, ops []compute.Op) (time.Duration, error) {
+	f.ops = append([]compute.Op(nil), ops...)
+	return 0, nil
+}
+
+type jobBufs struct{ x, w, dy, r, dx, dw compute.Buffer }
+
+func newJobBufs(t *testing.T, f *fakeBackend, rows, dim int) jobBufs {
+	t.Helper()
+	a := func(shape ...int) compute.Buffer {
+		b, err := f.Alloc(compute.F32, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return jobBufs{a(rows, dim), a(dim), a(rows, dim), a(rows), a(rows, dim), a(dim)}
+}
+
+func ownAny(buf compute.Buffer) (*buffer, error) {
+	b, ok := buf.(*buffer)
+	if !ok {
+		return nil, compute.ErrInvalidArgument
+	}
+	return b, nil
+}
+
+func record(t *testing.T, f *fakeBackend, fn func(cb *compute.CommandBuffer) error) []compute.Op {
+	t.Helper()
+	cb := compute.NewCommandBuffer(f)
+	if err := fn(cb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f.ops
+}
+
+// A worker batch (every RMSInv, barrier, every DX and DW) becomes ONE phase
+// with one fused entry per job: r computed in the row loop and written.
+func TestPlanFusesBatch(t *testing.T) {
+	f := &fakeBackend{}
+	shapes := [][2]int{{8, 1024}, {16384, 4096}, {3, 257}}
+	var js []jobBufs
+	for _, s := range shapes {
+		js = append(js, newJobBufs(t, f, s[0], s[1]))
+	}
+	ops := record(t, f, func(cb *compute.CommandBuffer) error {
+		for i, s := range shapes {
+			if err := cb.RMSInv(js[i].x, js[i].r, compute.RMSInvParams(1e-5, s[1]), s[0], s[1]); err != nil {
+				return err
+			}
+		}
+		cb.Barrier()
+		for i := len(shapes) - 1; i >= 0; i-- {
+			s, j := shapes[i], js[i]
+			if err := cb.DW(j.x, j.dy, j.r, j.dw, compute.DWParams(s[1], s[0]), s[0], s[1]); err != nil {
+				return err
+			}
+			if err := cb.DX(j.x, j.w, j.dy, j.r, j.dx, compute.DXParams(s[1]), s[0], s[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	p, err := planOps(ops, 264, ownAny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.phases) != 2 || len(p.phases[0]) != 0 || len(p.phases[1]) != len(shapes) {
+		t.Fatalf("phases %d (sizes %d, %d), want 2 with every job fused into the second", len(p.phases), len(p.phases[0]), len(p.phases[1]))
+	}
+	for i, e := range p.phases[1] {
+		if e.flags() != flagComputeR|flagWriteR|flagDX|flagDW {
+			t.Errorf("entry %d flags %b, want computeR|writeR|dx|dw", i, e.flags())
+		}
+		if e.eps != 1e-5 {
+			t.Errorf("entry %d eps %g", i, e.eps)
+		}
+		if e.g*e.rg < e.rows || (e.g-1)*e.rg >= e.rows || e.g > 264 {
+			t.Errorf("entry %d: %d rows in %d groups of %d", i, e.rows, e.g, e.rg)
+		}
+	}
+	if e := p.phases[1][1]; e.g != 261 || e.rg != 63 {
+		t.Errorf("16384 rows: %d groups of %d, want 261 of 63 (at most two blocks per SM on 132 SMs)", e.g, e.rg)
+	}
+	if len(p.uploads) != 3*len(shapes) {
+		t.Errorf("%d uploads, want x, w, dy of each job (%d)", len(p.uploads), 3*len(shapes))
+	}
+	if len(p.downloads) != 3*len(shapes) {
+		t.Errorf("%d downloads, want r, dx, dw of each job (%d)", len(p.downloads), 3*len(shapes))
+	}
+	for _, u := range p.uploads {
+		for _, j := range js {
+			if u == j.r || u == j.dx || u == j.dw {
+				t.Fatalf("an output is uploaded")
+			}
+		}
+	}
+}
+
+// When something else reads r in the next phase (here a DX of another x),
+// the RMSInv must run alone in its phase and the readers read r.
+func TestPlanNoFusionWhenRShared(t *testing.T) {
+	f := &fakeBackend{}
+	a, b := newJobBufs(t, f, 4, 32), newJobBufs(t, f, 4, 32)
+	ops := record(t, f, func(cb *compute.CommandBuffer) error {
+		if err := cb.RMSInv(a.x, a.r, compute.RMSInvParams(1e-6, 32), 4, 32); err != nil {
+			return err
+		}
+		cb.Barrier()
+		if err := cb.DX(a.x, a.w, a.dy, a.r, a.dx, compute.DXParams(32), 4, 32); err != nil {
+			return err
+		}
+		return cb.DX(b.x, b.w, b.dy, a.r, b.dx, compute.DXParams(32), 4, 32)
+	})
+	p, err := planOps(ops, 264, ownAny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.phases[0]) != 1 || p.phases[0][0].flags() != flagComputeR|flagWriteR {
+		t.Fatalf("phase 0: %+v, want the RMSInv alone", p.phases[0])
+	}
+	if len(p.phases[1]) != 2 {
+		t.Fatalf("phase 1 has %d entries, want 2 DX", len(p.phases[1]))
+	}
+	for _, e := range p.phases[1] {
+		if e.flags() != flagDX || e.r != a.r.(*buffer) {
+			t.Errorf("phase 1 entry flags %b, want a DX reading a's r", e.flags())
+		}
+	}
+	// a.r is written in this command buffer, so it is not uploaded.
+	for _, u := range p.uploads {
+		if u == a.r.(*buffer) {
+			t.Error("r written by the RMSInv is uploaded too")
+		}
+	}
+}
+
+// A DX reading an r from an earlier command buffer uploads that r.
+func TestPlanUploadsForeignR(t *testing.T) {
+	f := &fakeBackend{}
+	a := newJobBufs(t, f, 2, 8)
+	ops := record(t, f, func(cb *compute.CommandBuffer) error {
+		return cb.DW(a.x, a.dy, a.r, a.dw, compute.DWParams(8, 2), 2, 8)
+	})
+	p, err := planOps(ops, 264, ownAny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.uploads) != 3 || p.uploads[2] != a.r.(*buffer) {
+		t.Fatalf("uploads %v, want x, dy, r", p.uploads)
+	}
+	if len(p.downloads) != 1 || p.downloads[0] != a.dw.(*buffer) {
+		t.Fatalf("downloads %v, want dw", p.downloads)
+	}
+	if e := p.phases[0][0]; e.flags() != flagDW || e.redBlocks() != 1 {
+		t.Fatalf("entry flags %b, %d reduce blocks", e.flags(), e.redBlocks())
+	}
+}
+
+func TestPlanRejectsForeignBuffer(t *testing.T) {
+	f := &fakeBackend{}
+	a := newJobBufs(t, f, 2, 8)
+	ops := record(t, f, func(cb *compute.CommandBuffer) error {
+		return cb.RMSInv(a.x, a.r, compute.RMSInvParams(1e-6, 8), 2, 8)
+	})
+	bad := errors.New("foreign")
+	_, err := planOps(ops, 264, func(compute.Buffer) (*buffer, error) { return nil, bad })
+	if !errors.Is(err, bad) {
+		t.Fatalf("planOps with a foreign buffer: %v", err)
+	}
+}
+
+func TestGroups(t *testing.T) {
+	for _, c := range []struct{ rows, gmax, rg, g int }{
+		{1, 264, 1, 1}, {8, 264, 1, 8}, {264, 264, 1, 264}, {265, 264, 2, 133},
+		{16384, 264, 63, 261}, {32768, 264, 125, 263}, {4096, 264, 16, 256}, {1000, 264, 4, 250},
+	} {
+		rg, g := groups(c.rows, c.gmax)
+		if rg != c.rg || g != c.g {
+			t.Errorf("groups(%d, %d) = %d, %d; want %d, %d", c.rows, c.gmax, rg, g, c.rg, c.g)
+		}
+	}
+}
