@@ -22,7 +22,7 @@ fi
 
 if has conf; then
 	t0=$(date +%s)
-	RMSGRAD_REQUIRE_CUDA=1 bin/cuda.test -test.v -test.run 'TestOpen|TestConformance|TestSteadyState|TestJobEntryLayout|TestPlan' \
+	RMSGRAD_REQUIRE_CUDA=1 timeout 200 bin/cuda.test -test.v -test.run 'TestOpen|TestConformance|TestSteadyState|TestJobEntryLayout|TestPlan' \
 		-test.timeout 8m >"$out/conformance.log" 2>&1
 	rc=$?
 	summary+=("conformance on GPU: rc=$rc in $(( $(date +%s) - t0 ))s; $(grep -c -- '--- PASS' "$out/conformance.log") passed, $(grep -c -- '--- FAIL' "$out/conformance.log") failed, $(grep -c -- '--- SKIP' "$out/conformance.log") skipped")
@@ -30,14 +30,14 @@ if has conf; then
 fi
 
 if has bench; then
-	TAG=main scripts/bench-cuda.sh "$out" >"$out/bench.log" 2>&1
+	TAG=main timeout 300 scripts/bench-cuda.sh "$out" >"$out/bench.log" 2>&1
 	summary+=("bench rc=$?")
 fi
 
 if has variants; then
 	for v in "-DRMS_PF_KMAX=0" "-DRMS_PF_KMAX=8 -DRMS_MIN_BLOCKS=1"; do
 		RMSGRAD_CUDA_NVRTC_OPTS="$v" RMSGRAD_CUDA_SHAPES=16384x4096,32768x8192,4096x4096 RMSGRAD_REQUIRE_CUDA=1 \
-			RMSGRAD_CUDA_BENCH="$out/variant.json" bin/cuda.test -test.run '^TestBenchTable$' -test.v 2>&1 |
+			RMSGRAD_CUDA_BENCH="$out/variant.json" timeout 100 bin/cuda.test -test.run '^TestBenchTable$' -test.v 2>&1 |
 			grep -E 'ours|jobs' | sed "s/^/[$v] /" >>"$out/variants.log"
 	done
 fi
@@ -54,7 +54,7 @@ if has e2e; then
 		sleep 0.1
 	done
 	t0=$(date +%s.%N)
-	bin/enqueue synth --redis "127.0.0.1:$port" --root "$dir/data" --count 200 --shape 8x1024,64x4096,1x257,7x5120,32x768,2x32,512x4096 --wait >"$out/enqueue.log" 2>&1
+	timeout 120 bin/enqueue synth --redis "127.0.0.1:$port" --root "$dir/data" --count 200 --shape 8x1024,64x4096,1x257,7x5120,32x768,2x32,512x4096 --wait >"$out/enqueue.log" 2>&1
 	rc=$?
 	t1=$(date +%s.%N)
 	python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$http/metrics').read().decode())" >"$out/metrics.txt" 2>&1
