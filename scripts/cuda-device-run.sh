@@ -13,7 +13,7 @@ mkdir -p "$out"
 summary=()
 has() { [[ " $steps " == *" $1 "* ]]; }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee /tmp/gpu.txt
 
 if has ptxas && command -v nvcc >/dev/null; then
 	nvcc -arch=sm_90 -cubin -Xptxas -v -o /tmp/rms.cubin shaders/rms_norm_backward.cu >"$out/ptxas.log" 2>&1
@@ -37,7 +37,7 @@ fi
 if has variants; then
 	for v in "-DRMS_PF_KMAX=0" "-DRMS_PF_KMAX=8 -DRMS_MIN_BLOCKS=1"; do
 		RMSGRAD_CUDA_NVRTC_OPTS="$v" RMSGRAD_CUDA_SHAPES=16384x4096,32768x8192,4096x4096 RMSGRAD_REQUIRE_CUDA=1 \
-			RMSGRAD_CUDA_BENCH="$out/variant.json" timeout 100 bin/cuda.test -test.run '^TestBenchTable$' -test.v 2>&1 |
+			RMSGRAD_CUDA_BENCH=/tmp/variant.json timeout 100 bin/cuda.test -test.run '^TestBenchTable$' -test.v 2>&1 |
 			grep -E 'ours|jobs' | sed "s/^/[$v] /" >>"$out/variants.log"
 	done
 fi
@@ -57,7 +57,7 @@ if has e2e; then
 	timeout 120 bin/enqueue synth --redis "127.0.0.1:$port" --root "$dir/data" --count 200 --shape 8x1024,64x4096,1x257,7x5120,32x768,2x32,512x4096 --wait >"$out/enqueue.log" 2>&1
 	rc=$?
 	t1=$(date +%s.%N)
-	python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$http/metrics').read().decode())" >"$out/metrics.txt" 2>&1
+	python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$http/metrics').read().decode())" >/tmp/metrics.txt 2>&1
 	kill -TERM $wpid
 	wait $wpid
 	wrc=$?
