@@ -126,7 +126,16 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		fmt.Sprintf("%.4g jobs/s, %.0f us CPU/job", def.JobsPerS, float64(def.CPUPerJob.Nanoseconds())/1e3),
 		"max_jobs=1 jobs/s", def.JobsPerS, one.JobsPerS, 0))
 
-	// The profile: the small load in process, same wiring.
+	prows, pnotes, err := benchProfile(ctx, e, o, rs, small)
+	return append(rows, prows...), append(notes, pnotes...), err
+}
+
+// benchProfile runs the small load in process on the worker's wiring with
+// the CPU and allocation profiles on, and splits the CPU profile into
+// network, compute and the worker's own overhead.
+func benchProfile(ctx context.Context, e *env, o options, rs routerStore, small shape) ([]row, []string, error) {
+	var rows []row
+	var notes []string
 	prof, err := runInProcess(ctx, e, rs, small, 0, o.concurrency, o.out)
 	if err != nil {
 		return rows, notes, err

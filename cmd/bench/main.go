@@ -32,7 +32,7 @@ func main() {
 	flag.IntVar(&o.concurrency, "concurrency", 64, "handler and storage concurrency (the worker's default)")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every job and object count")
 	flag.IntVar(&o.queueTasks, "queue-tasks", 20000, "tasks for the queue ceiling (before -scale)")
-	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all)")
+	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -154,6 +154,18 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	if o.want("profile") && !o.want("e2e") {
+		rs, err := newRouterStore(ctx, e)
+		if err != nil {
+			return err
+		}
+		rows, notes, err := benchProfile(ctx, e, o, rs, small)
+		if err != nil {
+			return err
+		}
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
+	}
 	if o.want("e2e") {
 		rows, notes, err := benchE2E(ctx, e, o, shapes, q, st)
 		if err != nil {

@@ -171,8 +171,14 @@ func startEnv(ctx context.Context) (*env, error) {
 		e.close()
 		return nil, err
 	}
+	// --keep-alive: versitygw closes every connection after one response
+	// by default (Connection: close), so every request of the ceilings and
+	// of the worker alike would pay a TCP dial and close, which real S3
+	// services do not make clients pay. --quiet: no per-request log line on
+	// stdout (the gateway's CPU is the machine's, shared with the worker).
 	e.s3, err = startServer(ctx, "versitygw", gwBin, "127.0.0.1:"+strconv.Itoa(sp), e.s3Root,
-		[]string{"--access", e.accessKey, "--secret", e.secretKey, "--port", "127.0.0.1:" + strconv.Itoa(sp), "posix", e.s3Root})
+		[]string{"--access", e.accessKey, "--secret", e.secretKey, "--port", "127.0.0.1:" + strconv.Itoa(sp),
+			"--keep-alive", "--quiet", "posix", e.s3Root})
 	if err != nil {
 		e.close()
 		return nil, err
