@@ -130,9 +130,22 @@ func RedisTLS(t testing.TB, f *TLSFiles, extra ...string) *Server {
 	}
 }
 
+// VersitygwOptions configure VersitygwWith.
+type VersitygwOptions struct {
+	AccessKey, SecretKey string    // default: fixed test keys
+	TLS                  *TLSFiles // when set, serve HTTPS with its server certificate
+}
+
 // VersitygwTLS starts versitygw like Versitygw, serving HTTPS with f's
 // server certificate (--cert, --key).
 func VersitygwTLS(t testing.TB, f *TLSFiles, buckets ...string) *S3 {
+	t.Helper()
+	return VersitygwWith(t, VersitygwOptions{TLS: f}, buckets...)
+}
+
+// VersitygwWith starts versitygw with its posix backend on a free port,
+// with the given root credentials and, optionally, TLS.
+func VersitygwWith(t testing.TB, o VersitygwOptions, buckets ...string) *S3 {
 	t.Helper()
 	bin := Binary(t, "RMSGRAD_VERSITYGW", "versitygw")
 	port := FreePort(t)
@@ -142,9 +155,14 @@ func VersitygwTLS(t testing.TB, f *TLSFiles, buckets ...string) *S3 {
 			t.Fatal(err)
 		}
 	}
-	ak, sk := "rmsgradtlstest", "rmsgradtlstestsecret"
-	args := []string{"--access", ak, "--secret", sk, "--port", "127.0.0.1:" + strconv.Itoa(port),
-		"--cert", f.CertFile, "--key", f.KeyFile, "posix", root}
+	if o.AccessKey == "" {
+		o.AccessKey, o.SecretKey = "rmsgradtlstest", "rmsgradtlstestsecret"
+	}
+	args := []string{"--access", o.AccessKey, "--secret", o.SecretKey, "--port", "127.0.0.1:" + strconv.Itoa(port)}
+	if o.TLS != nil {
+		args = append(args, "--cert", o.TLS.CertFile, "--key", o.TLS.KeyFile)
+	}
+	args = append(args, "posix", root)
 	s := start(t, bin, port, root, args)
-	return &S3{Server: s, AccessKey: ak, SecretKey: sk, Root: root}
+	return &S3{Server: s, AccessKey: o.AccessKey, SecretKey: o.SecretKey, Root: root}
 }
