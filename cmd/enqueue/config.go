@@ -192,8 +192,15 @@ func (c *config) redisOpt() (asynq.RedisConnOpt, error) {
 			if c.password != "" {
 				o.Password = c.password
 			}
+			// asynq's parser drops the URL's user name (ACL user).
+			if u, err := url.Parse(addr); err == nil && u.User != nil {
+				o.Username = u.User.Username()
+			}
 			if c.Redis.Username != "" {
 				o.Username = c.Redis.Username
+			}
+			if o.TLSConfig != nil {
+				o.TLSConfig.MinVersion = tls.VersionTLS12
 			}
 			return o, nil
 		}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// clearEnv blanks every variable the CLI reads, so the caller's
+// environment cannot leak into a case.
+func clearEnv(t *testing.T) {
+	for _, k := range []string{"RMSGRAD_ENQUEUE_CONFIG", "RMSGRAD_REDIS_ADDR", "RMSGRAD_REDIS_USERNAME", "RMSGRAD_REDIS_PASSWORD",
+		"RMSGRAD_QUEUE", "RMSGRAD_FILE_ROOT", "RMSGRAD_UPLOAD_PREFIX", "RMSGRAD_S3_ENDPOINT", "RMSGRAD_S3_ACCESS_KEY",
+		"RMSGRAD_S3_SECRET_KEY", "RMSGRAD_SIGNING_KEY"} {
+		t.Setenv(k, "")
+	}
+}
+
+// parseConn parses args as a subcommand would and loads the config.
+func parseConn(t *testing.T, args ...string) (config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cf connFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return loadConfig(&cf)
+}
+
+// TestConfigPrecedence: flags > environment > config file > defaults, key
+// by key, and where redis.addr came from is known for error messages.
+func TestConfigPrecedence(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "enqueue.yaml")
+	writeFile(t, path, `redis:
+  addr: file-host:1
+queue: file-q
+retention: 1h
+storage:
+  file_root: /file-root
+  upload_prefix: s3://b/file/
+`)
+	type want struct {
+		addr, from, queue, root, prefix string
+	}
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want want
+	}{
+		{"file over defaults", nil, []string{"--config", path},
+			want{"file-host:1", "redis.addr in " + path, "file-q", "/file-root", "s3://b/file/"}},
+		{"env over file", map[string]string{"RMSGRAD_REDIS_ADDR": "env-host:2", "RMSGRAD_QUEUE": "env-q", "RMSGRAD_FILE_ROOT": "/env-root"},
+			[]string{"--config", path}, want{"env-host:2", "env RMSGRAD_REDIS_ADDR", "env-q", "/env-root", "s3://b/file/"}},
+		{"flags over env", map[string]string{"RMSGRAD_REDIS_ADDR": "env-host:2", "RMSGRAD_QUEUE": "env-q", "RMSGRAD_UPLOAD_PREFIX": "s3://b/env/"},
+			[]string{"--config", path, "--redis", "flag-host:3", "--queue", "flag-q", "--root", "/flag-root"},
+			want{"flag-host:3", "flag --redis", "flag-q", "/flag-root", "s3://b/env/"}},
+		{"config named by env", map[string]string{"RMSGRAD_ENQUEUE_CONFIG": path}, nil,
+			want{"file-host:1", "redis.addr in " + path, "file-q", "/file-root", "s3://b/file/"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := parseConn(t, c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{cfg.Redis.Addr, cfg.redisFrom, cfg.Queue, cfg.Storage.FileRoot, cfg.Storage.UploadPrefix}
+			if got != c.want {
+				t.Fatalf("got %+v\nwant %+v", got, c.want)
+			}
+			// Keys no layer above set keep the file's value or the default.
+			if cfg.Retention != time.Hour || cfg.MaxRetry != 10 || cfg.Timeout != 10*time.Minute {
+				t.Fatalf("retention %v, max_retry %d, timeout %v: want 1h from the file and the defaults 10, 10m", cfg.Retention, cfg.MaxRetry, cfg.Timeout)
+			}
+		})
+	}
+
+	t.Run("defaults and the implicit configs/enqueue.yaml", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		cfg, err := parseConn(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Redis.Addr != "127.0.0.1:6379" || cfg.redisFrom != "the default" || cfg.Queue != "rmsnorm" || cfg.Retention != 24*time.Hour {
+			t.Fatalf("defaults: %+v", cfg)
+		}
+		if err := os.Mkdir("configs", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, "configs/enqueue.yaml", "queue: implicit-q\n")
+		if cfg, err = parseConn(t); err != nil || cfg.Queue != "implicit-q" {
+			t.Fatalf("configs/enqueue.yaml in the working directory not read: %v, queue %q", err, cfg.Queue)
+		}
+	})
+
+	t.Run("errors name the file and the key", func(t *testing.T) {
+		bad := filepath.Join(dir, "bad.yaml")
+		writeFile(t, bad, "redis:\n  adress: x:1\n")
+		if _, err := parseConn(t, "--config", bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "adress") {
+			t.Fatalf("misspelt key: %v", err)
+		}
+		if _, err := parseConn(t, "--config", filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+			t.Fatalf("missing explicit config: %v", err)
+		}
+		if _, err := parseConn(t, "--config", path, "--queue", ""); err != nil {
+			t.Fatalf("an empty flag means not given: %v", err)
+		}
+	})
+
+	t.Run("secrets from env or files, never shown", func(t *testing.T) {
+		pw := filepath.Join(dir, "pw")
+		writeFile(t, pw, "from-file\n")
+		cfgPath := filepath.Join(dir, "secret.yaml")
+		writeFile(t, cfgPath, "redis:\n  addr: redis://alice:url-secret@h:7/2\n  password_file: "+pw+"\n")
+		cfg, err := parseConn(t, "--config", cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.password != "from-file" {
+			t.Fatalf("password from password_file: %q", cfg.password)
+		}
+		if s := cfg.redisShown(); strings.Contains(s, "url-secret") || !strings.Contains(s, "h:7") {
+			t.Fatalf("redis address shown as %q", s)
+		}
+		opt, err := cfg.redisOpt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := opt.(asynq.RedisClientOpt)
+		if !ok || o.Addr != "h:7" || o.DB != 2 || o.Username != "alice" || o.Password != "from-file" {
+			t.Fatalf("redis option from URL + password file: %#v", opt)
+		}
+		t.Setenv("RMSGRAD_REDIS_PASSWORD", "from-env")
+		if cfg, err = parseConn(t, "--config", cfgPath); err != nil || cfg.password != "from-env" {
+			t.Fatalf("RMSGRAD_REDIS_PASSWORD must win over password_file: %v %q", err, cfg.password)
+		}
+	})
+}
