@@ -254,6 +254,38 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("synth: ids as json, then a text summary with the oracle check", func(t *testing.T) {
+		r := e.mustRun("synth", "--count", "4", "--shape", "2x8,1x3x16", "--prefix", "s3://"+bucket+"/synth", "--run", "cli", "--json")
+		var v struct {
+			Run string   `json:"run"`
+			IDs []string `json:"ids"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.Run != "cli" || len(v.IDs) != 4 || v.IDs[3] != "synth-cli-000003" {
+			t.Fatalf("synth --json: %q (%v)", r.stdout, err)
+		}
+		r = e.mustRun(append([]string{"wait", "--json"}, v.IDs...)...)
+		var outs []outcome
+		if err := json.Unmarshal([]byte(r.stdout), &outs); err != nil || len(outs) != 4 {
+			t.Fatalf("wait --json: %q (%v)", r.stdout, err)
+		}
+		for i, o := range outs {
+			rows, dim := 2, 8
+			if i%2 == 1 {
+				rows, dim = 3, 16
+			}
+			if o.State != "completed" || o.Result.Rows != rows || o.Result.Dim != dim {
+				t.Fatalf("synth job %d: %+v", i, o)
+			}
+		}
+		r = e.mustRun("synth", "--count", "6", "--shape", "3x40", "--prefix", "s3://"+bucket+"/synth", "--wait")
+		for _, want := range []string{"jobs          6", "completed     6 (outputs checked against the float64 oracle)",
+			"failed        0", "wrong outputs 0", "jobs per batch size", "jobs/s"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Fatalf("synth summary lacks %q:\n%s", want, r.stdout)
+			}
+		}
+	})
+
 	t.Run("redis down: a clear error, nothing uploaded", func(t *testing.T) {
 		before := len(uploads(t, e))
 		writeLocal(t, filepath.Join(local, "x2.safetensors"), safetensors.F32("x", xShape, computetest.Uniform(41, 6*64, 1)))

@@ -154,6 +154,9 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "enqueued %d jobs (run %s) in %.2fs\n", *count, *run, enqueued.Seconds())
 	}
 	if !*wait {
+		if cf.json {
+			return json.NewEncoder(stdout).Encode(map[string]any{"run": *run, "queue": c.Queue, "ids": ids})
+		}
 		for _, id := range ids {
 			fmt.Fprintln(stdout, id)
 		}
