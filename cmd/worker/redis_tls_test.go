@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,6 +80,20 @@ func runOneJob(t *testing.T, opt asynq.RedisConnOpt, r *storage.Router, j jobs.J
 	}
 }
 
+// enqueueCLI runs `enqueue submit --wait --json` for j with the given
+// connection flags and environment, in an empty directory (so no
+// configs/enqueue.yaml is picked up), and fails unless the job completes.
+func enqueueCLI(t *testing.T, bin string, env []string, j jobs.Job, conn ...string) {
+	t.Helper()
+	args := append([]string{"submit", "--x", j.X, "--w", j.W, "--dy", j.DY, "--out", j.Out, "--wait", "--json"}, conn...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env, cmd.Dir = env, t.TempDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), j.Out) {
+		t.Fatalf("enqueue %q: %v\n%s", args, err, out)
+	}
+}
+
 func yamlFile(t *testing.T, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "worker.yaml")
@@ -96,6 +111,11 @@ func yamlFile(t *testing.T, body string) string {
 // misconfiguration must be refused, it is.
 func TestWorkerConnections(t *testing.T) {
 	bin := buildWorkerBin(t)
+	// The enqueue CLI is the other side of the queue.
+	enq := filepath.Join(t.TempDir(), "enqueue")
+	if out, err := exec.Command("go", "build", "-o", enq, "../enqueue").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../enqueue: %v\n%s", err, out)
+	}
 
 	t.Run("redis ACL user", func(t *testing.T) {
 		const adminPW, userPW = "admin-pw-for-acl-test", "rmsgrad-user-pw"
@@ -132,6 +152,8 @@ func TestWorkerConnections(t *testing.T) {
 		w := runWorker(t, bin, cleanEnv("RMSGRAD_REDIS_PASSWORD="+userPW), "--config", cfg, "--log-level", "warn")
 		w.waitReady(t, 200)
 		runOneJob(t, asynq.RedisClientOpt{Addr: rs.Addr, Username: "rmsgrad", Password: userPW}, r, j, w)
+		j.Out = strings.Replace(j.Out, "out.safetensors", "cli.safetensors", 1)
+		enqueueCLI(t, enq, cleanEnv("RMSGRAD_REDIS_USERNAME=rmsgrad", "RMSGRAD_REDIS_PASSWORD="+userPW), j, "--redis", rs.Addr, "--root", root)
 		w.stop(t)
 		if out := w.out.String(); strings.Contains(out, "NOPERM") {
 			t.Errorf("the worker ran a command its ACL user may not:\n%s", out)
@@ -159,6 +181,10 @@ func TestWorkerConnections(t *testing.T) {
 				j := j
 				j.Out = strings.Replace(j.Out, "out.safetensors", strings.ReplaceAll(c.name, " ", "-")+".safetensors", 1)
 				runOneJob(t, client, r, j, w)
+				// The CLI has no Redis CA setting; Go's SSL_CERT_FILE
+				// makes it trust the private CA.
+				j.Out = strings.Replace(j.Out, ".safetensors", "-cli.safetensors", 1)
+				enqueueCLI(t, enq, cleanEnv("SSL_CERT_FILE="+f.CAFile, "RMSGRAD_REDIS_PASSWORD="+pw), j, "--redis", "rediss://"+rs.Addr, "--root", root)
 				w.stop(t)
 			})
 		}
