@@ -34,6 +34,8 @@ type TensorInfo struct {
 	Offset int64  // absolute byte offset of the tensor in the object
 	Size   int64  // length in bytes
 	ETag   string // the object version the header came from; Fetch pins its read to it
+	// ObjectSize is the size of the whole object (0 when unknown).
+	ObjectSize int64
 }
 
 // OutTensor is one tensor to write: Data holds prod(Shape) little-endian
@@ -154,7 +156,7 @@ func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
 			Err: errorf(ErrDType, "dtype %s (supported: %s)", e.DType, strings.Join(SupportedDTypes, ", "))}
 	}
 	return TensorInfo{Ref: ref, DType: e.DType, Shape: append([]int(nil), e.Shape...),
-		Offset: h.DataStart + e.Begin, Size: e.Size(), ETag: etag}, nil
+		Offset: h.DataStart + e.Begin, Size: e.Size(), ETag: etag, ObjectSize: h.Size}, nil
 }
 
 func supported(dtype string) bool {
@@ -222,6 +224,9 @@ func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
 	if t.Size == 0 {
 		return nil
 	}
+	if sr, ok := s.(SizedReader); ok && t.ObjectSize > 0 {
+		return wrap("fetch", t.Ref, sr.ReadAtSized(ctx, t.Ref, t.ETag, dst, t.Offset, t.ObjectSize))
+	}
 	return wrap("fetch", t.Ref, s.ReadAt(ctx, t.Ref, t.ETag, dst, t.Offset))
 }
 
@@ -243,11 +248,15 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	for k, v := range meta {
 		all[k] = v
 	}
+	// Hex sha256s have a fixed length, so the header's size is known before
+	// any hashing: encode it with placeholder digests (this also validates
+	// names, dtypes and sizes), give the store a body whose header bytes
+	// wait for the real digests, and hash while the store sends the tensor
+	// bytes. minio-go uploads the parts of a large object from several
+	// goroutines, so parts 2..N go up while part 1 waits for the header; a
+	// store that reads in order waits for the hashes as it would anyway.
 	for _, t := range ts {
-		sum := sha256.Sum256(t.Data)
-		h := hex.EncodeToString(sum[:])
-		res.SHA256[t.Name] = h
-		all[SHA256Key(t.Name)] = h
+		all[SHA256Key(t.Name)] = placeholderSHA256
 	}
 	hdr, err := safetensors.EncodeHeader(ts, all)
 	if err != nil {
@@ -259,13 +268,41 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 		segs = append(segs, t.Data)
 	}
 	body := NewSegments(segs...)
+	body.gate, body.gateEnd = make(chan struct{}), int64(len(hdr))
+	go func() {
+		defer close(body.gate)
+		for _, t := range ts {
+			sum := sha256.Sum256(t.Data)
+			h := hex.EncodeToString(sum[:])
+			res.SHA256[t.Name] = h
+			all[SHA256Key(t.Name)] = h
+		}
+		final, err := safetensors.EncodeHeader(ts, all)
+		if err == nil && len(final) != len(hdr) {
+			err = fmt.Errorf("header with digests is %d bytes, with placeholders %d", len(final), len(hdr))
+		}
+		if err != nil {
+			body.gateErr = err
+			return
+		}
+		copy(hdr, final)
+	}()
 	res.Bytes = body.Size()
-	if err := s.Put(ctx, ref, body, res.Bytes); err != nil {
+	err = s.Put(ctx, ref, body, res.Bytes)
+	<-body.gate // res and the header are the hashing goroutine's until then
+	if err == nil {
+		err = body.gateErr
+	}
+	if err != nil {
 		return WriteResult{}, wrap("write", ref, err)
 	}
 	r.cache.drop(ref.Object().String())
 	return res, nil
 }
+
+// placeholderSHA256 stands in for a digest while Write hashes: as long as
+// a hex sha256, so the header does not change size.
+var placeholderSHA256 = strings.Repeat("0", 2*sha256.Size)
 
 // Put uploads size bytes from body as the object at uri, atomically (the
 // CLI uploads local safetensors files with it). The bytes are not parsed;
@@ -298,6 +335,22 @@ type Segments struct {
 	segs [][]byte
 	ends []int64 // cumulative end offsets
 	off  int64
+
+	// When gate is not nil, reads of bytes before gateEnd wait until it is
+	// closed (Write fills the header in meanwhile) and fail with gateErr if
+	// that is set then.
+	gate    chan struct{}
+	gateEnd int64
+	gateErr error
+}
+
+// wait blocks a read that starts at off until its bytes are final.
+func (s *Segments) wait(off int64) error {
+	if s.gate == nil || off >= s.gateEnd {
+		return nil
+	}
+	<-s.gate
+	return s.gateErr
 }
 
 // NewSegments returns a reader over segs in order.
@@ -334,6 +387,9 @@ func (s *Segments) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errors.New("segments: negative offset")
 	}
+	if err := s.wait(off); err != nil {
+		return 0, err
+	}
 	i := sort.Search(len(s.ends), func(i int) bool { return s.ends[i] > off })
 	n := 0
 	for ; i < len(s.segs) && n < len(p); i++ {
@@ -369,6 +425,9 @@ func (s *Segments) Seek(offset int64, whence int) (int64, error) {
 // writer whole instead of through a 32 KiB bounce buffer.
 func (s *Segments) WriteTo(w io.Writer) (int64, error) {
 	var total int64
+	if err := s.wait(s.off); err != nil {
+		return 0, err
+	}
 	for s.off < s.Size() {
 		i := sort.Search(len(s.ends), func(i int) bool { return s.ends[i] > s.off })
 		start := s.ends[i] - int64(len(s.segs[i]))

@@ -63,6 +63,14 @@ type Store interface {
 	Put(ctx context.Context, ref Ref, r io.Reader, size int64) error
 }
 
+// SizedReader is an optional Store method that Router.Fetch uses when a
+// store has it: ReadAt, told the object's total size, so the store can pick
+// the cheapest request for the range (storage/s3 reads an object's last
+// tensor behind a small header with a plain GET instead of a Range GET).
+type SizedReader interface {
+	ReadAtSized(ctx context.Context, ref Ref, etag string, p []byte, off, objectSize int64) error
+}
+
 // ParseRef parses a tensor URI: s3://bucket/key#name or
 // file:///abs/path#name. The #name fragment is optional. It rejects empty
 // parts, "." and ".." segments, empty segments, query strings, user info,

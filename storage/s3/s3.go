@@ -323,21 +323,45 @@ func (s *Store) whyNotFound(ctx context.Context, ref storage.Ref, headErr error)
 // errStalled is the cause of an attempt that StallTimeout aborted.
 var errStalled = errors.New("stalled")
 
+// maxSkip is the largest object prefix ReadAtSized fetches and discards to
+// read a tail with a plain GET instead of a Range GET: a safetensors header
+// of a few tensors is a few hundred bytes.
+const maxSkip = 64 << 10
+
 // ReadAt range-reads len(p) bytes at off straight into p (no intermediate
 // buffer). A body cut short or stalled is resumed from where it stopped,
 // pinned to the same version; a range answered with another length than
 // asked is an error, never a silently short or shifted p.
 func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []byte, off int64) error {
+	return s.read(ctx, ref, etag, p, off, -1)
+}
+
+// ReadAtSized is ReadAt for a range of an object of objectSize bytes. When
+// the range is the object's tail behind at most 64 KiB (the last tensor of
+// a safetensors object), it sends a plain GET and drops the prefix, which
+// S3 servers answer from their whole-object path: on versitygw that is
+// sendfile, about 1 ms faster per request than a Range GET.
+func (s *Store) ReadAtSized(ctx context.Context, ref storage.Ref, etag string, p []byte, off, objectSize int64) error {
+	return s.read(ctx, ref, etag, p, off, objectSize)
+}
+
+var _ storage.SizedReader = (*Store)(nil)
+
+func (s *Store) read(ctx context.Context, ref storage.Ref, etag string, p []byte, off, objectSize int64) error {
 	if len(p) == 0 {
 		return nil
 	}
+	whole := objectSize >= 0 && off <= maxSkip && off+int64(len(p)) == objectSize
 	done := 0
 	pin := etag
 	return s.retry(ctx, func(ctx context.Context) error {
 		start := off + int64(done)
 		want := int64(len(p) - done)
+		skip := int64(0)
 		var opts minio.GetObjectOptions
-		if err := opts.SetRange(start, off+int64(len(p))-1); err != nil {
+		if whole && done == 0 {
+			skip, want = off, objectSize
+		} else if err := opts.SetRange(start, off+int64(len(p))-1); err != nil {
 			return err
 		}
 		if pin != "" {
@@ -351,7 +375,7 @@ func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []by
 		defer watchdog.Stop()
 		body, oi, _, err := s.core.GetObject(actx, ref.Bucket, ref.Key, opts)
 		if err != nil {
-			return s.attemptErr(ctx, actx, err, "range GET")
+			return s.attemptErr(ctx, actx, err, "GET")
 		}
 		defer body.Close()
 		if pin == "" {
@@ -359,9 +383,18 @@ func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []by
 		}
 		switch {
 		case oi.Size < want:
-			return storage.Errorf(storage.ErrShortRead, "range GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", start, oi.Size, want)
+			return storage.Errorf(storage.ErrShortRead, "GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", start-skip, oi.Size, want)
 		case oi.Size > want:
-			return storage.Errorf(storage.ErrRejected, "range GET at offset %d returned %d bytes, want %d: the server ignored the Range header", start, oi.Size, want)
+			return storage.Errorf(storage.ErrRejected, "GET at offset %d returned %d bytes, want %d: the server ignored the Range header", start-skip, oi.Size, want)
+		}
+		if skip > 0 {
+			if _, err := io.CopyN(io.Discard, body, skip); err != nil {
+				c := s.attemptErr(ctx, actx, err, "GET body")
+				if retryable(c) {
+					return &transient{fmt.Errorf("%w: body cut off in the %d-byte prefix: %w", storage.ErrShortRead, skip, c)}
+				}
+				return c
+			}
 		}
 		for done < len(p) {
 			n, err := body.Read(p[done:])
@@ -373,7 +406,7 @@ func (s *Store) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []by
 				err = io.ErrUnexpectedEOF
 			}
 			if err != nil && done < len(p) {
-				c := s.attemptErr(ctx, actx, err, "range GET body")
+				c := s.attemptErr(ctx, actx, err, "GET body")
 				if retryable(c) {
 					return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, done, len(p), c)}
 				}

@@ -74,6 +74,48 @@ func TestRangeReadOneTensor(t *testing.T) {
 	}
 }
 
+// TestTailRead: a tensor at the end of its object behind a small header
+// (the common single-tensor file) is read with one plain GET whose prefix is
+// dropped, not a Range GET: the server's whole-object path is faster. A
+// tensor behind more than 64 KiB still gets its exact range.
+func TestTailRead(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	tp := newTap()
+	r := newRouter(newStore(t, gw, func(c *s3.Config) { c.Transport = tp }))
+	uri := "s3://data/t/tail.safetensors"
+	x := tensor("x", 256, 1024, 31)
+	res, err := r.Write(ctx, uri, []storage.OutTensor{tensor("w", 1, 1024, 30), x}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, err := r.Head(ctx, uri+"#x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti.ObjectSize != res.Bytes || ti.Offset+ti.Size != ti.ObjectSize {
+		t.Fatalf("Head = %+v, want x at the tail of a %d-byte object", ti, res.Bytes)
+	}
+	tp.reset()
+	dst := make([]byte, ti.Size)
+	if err := r.Fetch(ctx, ti, dst); err != nil {
+		t.Fatal(err)
+	}
+	if got := tp.matching(""); len(got) != 1 || got[0] != "GET /data/t/tail.safetensors" || tp.readBytes.Load() != res.Bytes {
+		t.Errorf("tail Fetch made requests %v reading %d bytes, want one plain GET of the %d-byte object", got, tp.readBytes.Load(), res.Bytes)
+	}
+	if !bytes.Equal(dst, x.Data) {
+		t.Error("tail Fetch returned other bytes")
+	}
+	// Pinned like a range read: a replaced object is ErrChanged.
+	if _, err := r.Write(ctx, uri, []storage.OutTensor{tensor("w", 1, 1024, 32), x}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Fetch(ctx, ti, dst); !errors.Is(err, storage.ErrChanged) {
+		t.Errorf("tail Fetch of a replaced object = %v, want ErrChanged", err)
+	}
+}
+
 var multipartETag = regexp.MustCompile(`-(\d+)"?$`)
 
 // TestMultipart: an output larger than the part size goes up as a
