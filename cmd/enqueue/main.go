@@ -14,6 +14,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +33,17 @@ commands:
   status   print a job's state
   result   print a completed job's result
 
-Run 'enqueue <command> -h' for its flags.
+Run 'enqueue <command> -h' for its flags. Every command takes --json.
+
+Connection settings: flags, then the environment (RMSGRAD_REDIS_ADDR,
+RMSGRAD_QUEUE, RMSGRAD_FILE_ROOT, RMSGRAD_UPLOAD_PREFIX, RMSGRAD_S3_ENDPOINT),
+then the config file (--config, RMSGRAD_ENQUEUE_CONFIG, else
+configs/enqueue.yaml when present). Secrets only from the environment
+(RMSGRAD_REDIS_PASSWORD, RMSGRAD_S3_ACCESS_KEY, RMSGRAD_S3_SECRET_KEY,
+RMSGRAD_SIGNING_KEY) or files the config names.
+
+Exit status: 0 success; 1 a job failed, or an error (Redis unreachable,
+storage, invalid job); 2 bad usage; 3 'result' of a job not finished yet.
 `
 
 // quietRedis drops go-redis's own log lines ("connection pool: failed to
@@ -83,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "enqueue: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)

@@ -29,7 +29,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	out := fs.String("out", "", "output object URI (one safetensors file holding the outputs)")
 	eps := fs.Float64("eps", 1e-6, "epsilon added to the mean square")
 	outputs := fs.String("outputs", "dx,dw", "outputs to write: any of dx,dw,r")
-	id := fs.String("id", "", "task id (re-submitting the same id is a no-op while the first is known)")
+	id := fs.String("id", "", "task id: re-submitting the same job under its id is a no-op (safe retries); another job under a taken id is an error")
 	wait := fs.Bool("wait", false, "wait for the result and exit non-zero if the job fails")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{2, err}
