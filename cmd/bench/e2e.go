@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,21 +82,50 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	} else {
 		notes = append(notes, fmt.Sprintf("end to end rows (except \"in process\") ran %s as a separate process with its default settings; CPU/job is that process's user+sys CPU from /proc, everything included (asynq, minio-go, net/http, compute, logging).", o.worker))
 	}
-	notes = append(notes, "each shape's x, w and dy are three objects shared by all its jobs (distinct outputs); the router's header cache still validates them with one Stat per Head.")
+	notes = append(notes, "each job reads its own x and dy objects and a w shared by all jobs of its shape (the router's header cache serves w's header after one Stat), and writes its own output.")
+	// Each shape's inputs are staged once and read by every run of it;
+	// each run writes its own outputs.
+	staged := map[string]string{}
 	run := func(s shape, maxJobs int) (e2eResult, error) {
-		if worker != "" {
-			return runWorker(ctx, e, worker, rs, s, maxJobs, o.concurrency)
+		base, ok := staged[s.Name]
+		if !ok {
+			var err error
+			if base, err = stageInputs(ctx, rs, s); err != nil {
+				return e2eResult{}, err
+			}
+			staged[s.Name] = base
 		}
-		return runInProcess(ctx, e, rs, s, maxJobs, o.concurrency, "")
+		if worker != "" {
+			return runWorker(ctx, e, worker, base, s, maxJobs, o.concurrency)
+		}
+		return runInProcess(ctx, e, base, s, maxJobs, o.concurrency, "")
 	}
 	var rows []row
-	byShape := map[string]e2eResult{}
-	for _, s := range shapes {
-		r, err := run(s, 0)
+	small := shapes[0]
+	// The small load runs o.repeat times with the default batching and as
+	// often with max_jobs=1, alternating, so that a drift in the machine's
+	// load (shared cores) hits both alike; rows give the medians.
+	var defs, ones []e2eResult
+	for range max(1, o.repeat) {
+		r, err := run(small, 0)
 		if err != nil {
 			return rows, notes, err
 		}
-		byShape[s.Name] = r
+		defs = append(defs, r)
+		if r, err = run(small, 1); err != nil {
+			return rows, notes, err
+		}
+		ones = append(ones, r)
+	}
+	def, one := median(defs), median(ones)
+	for _, s := range shapes {
+		r := def
+		if s.Name != small.Name {
+			var err error
+			if r, err = run(s, 0); err != nil {
+				return rows, notes, err
+			}
+		}
 		sc := st[s.Name]
 		switch s.Name {
 		case "small":
@@ -103,7 +133,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			if q.TasksPerS > 0 && q.TasksPerS < ceil {
 				ceil, what = q.TasksPerS, "queue tasks/s"
 			}
-			rows = append(rows, ratioRow("e2e", fmt.Sprintf("small %dx%d, default batching", s.Rows, s.Dim), r.figure(),
+			rows = append(rows, ratioRow("e2e", fmt.Sprintf("small %dx%d, default batching (median of %d)", s.Rows, s.Dim, len(defs)), r.figure(),
 				"lower ceiling: "+what, r.JobsPerS, ceil, 0.5))
 		case "large":
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d", s.Rows, s.Dim), r.figure(),
@@ -114,29 +144,60 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		}
 	}
 
-	// Batching: the same small load with max_jobs=1.
-	small := shapes[0]
-	one, err := run(small, 1)
-	if err != nil {
-		return rows, notes, err
-	}
-	def := byShape[small.Name]
-	rows = append(rows, ratioRow("batching", "small, max_jobs=1", one.figure(), "(baseline)", 0, 0, 0))
-	rows = append(rows, ratioRow("batching", fmt.Sprintf("small, default (max_jobs=32), %.1f jobs/batch", def.AvgBatch),
+	rows = append(rows, ratioRow("batching", fmt.Sprintf("small, max_jobs=1 (median of %d)", len(ones)), one.figure(), "(baseline)", 0, 0, 0))
+	rows = append(rows, ratioRow("batching", fmt.Sprintf("small, default (max_jobs=32), %.1f jobs/batch (median of %d)", def.AvgBatch, len(defs)),
 		fmt.Sprintf("%.4g jobs/s, %.0f us CPU/job", def.JobsPerS, float64(def.CPUPerJob.Nanoseconds())/1e3),
 		"max_jobs=1 jobs/s", def.JobsPerS, one.JobsPerS, 0))
+	rows = append(rows, ratioRow("batching", "small, CPU/job: default / max_jobs=1 (lower is better)",
+		fmt.Sprintf("%s vs %s", usList(defs), usList(ones)), "max_jobs=1 CPU/job",
+		float64(def.CPUPerJob), float64(one.CPUPerJob), 0))
 
-	prows, pnotes, err := benchProfile(ctx, e, o, rs, small)
+	prows, pnotes, err := benchProfile(ctx, e, o, rs, staged[small.Name], small)
 	return append(rows, prows...), append(notes, pnotes...), err
+}
+
+// median returns the run with the median jobs/s, its CPU/job replaced by
+// the median CPU/job (the two medians may come from different runs).
+func median(rs []e2eResult) e2eResult {
+	by := func(less func(a, b e2eResult) bool) []e2eResult {
+		c := slices.Clone(rs)
+		slices.SortFunc(c, func(a, b e2eResult) int {
+			if less(a, b) {
+				return -1
+			}
+			if less(b, a) {
+				return 1
+			}
+			return 0
+		})
+		return c
+	}
+	m := by(func(a, b e2eResult) bool { return a.JobsPerS < b.JobsPerS })[len(rs)/2]
+	m.CPUPerJob = by(func(a, b e2eResult) bool { return a.CPUPerJob < b.CPUPerJob })[len(rs)/2].CPUPerJob
+	return m
+}
+
+func usList(rs []e2eResult) string {
+	var parts []string
+	for _, r := range rs {
+		parts = append(parts, fmt.Sprintf("%.0f", float64(r.CPUPerJob.Nanoseconds())/1e3))
+	}
+	return strings.Join(parts, "/") + " us"
 }
 
 // benchProfile runs the small load in process on the worker's wiring with
 // the CPU and allocation profiles on, and splits the CPU profile into
 // network, compute and the worker's own overhead.
-func benchProfile(ctx context.Context, e *env, o options, rs routerStore, small shape) ([]row, []string, error) {
+func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base string, small shape) ([]row, []string, error) {
 	var rows []row
 	var notes []string
-	prof, err := runInProcess(ctx, e, rs, small, 0, o.concurrency, o.out)
+	if base == "" {
+		var err error
+		if base, err = stageInputs(ctx, rs, small); err != nil {
+			return rows, notes, err
+		}
+	}
+	prof, err := runInProcess(ctx, e, base, small, 0, o.concurrency, o.out)
 	if err != nil {
 		return rows, notes, err
 	}
@@ -161,27 +222,45 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, small 
 	return rows, notes, nil
 }
 
-// stageInputs uploads one shape's x, w and dy and returns the URI prefix.
-func stageInputs(ctx context.Context, rs routerStore, s shape, tag string) (string, error) {
-	base := fmt.Sprintf("s3://%s/e2e/%s-%s-%d/", benchBucket, s.Name, tag, time.Now().UnixNano())
-	x, w, dy := make([]float32, s.Rows*s.Dim), make([]float32, s.Dim), make([]float32, s.Rows*s.Dim)
-	fill(x, 1)
+// stageInputs uploads the inputs of n jobs of shape s: a distinct x and dy
+// per job (as users send them: the header cache cannot help) and one w
+// shared by all (a layer's weight). It returns the URI prefix.
+func stageInputs(ctx context.Context, rs routerStore, s shape) (string, error) {
+	base := fmt.Sprintf("s3://%s/e2e/%s-%d/", benchBucket, s.Name, time.Now().UnixNano())
+	w := make([]float32, s.Dim)
 	fill(w, 2)
-	fill(dy, 3)
-	for _, in := range []struct {
-		name  string
-		shape []int
-		data  []float32
-	}{{"x", []int{s.Rows, s.Dim}, x}, {"w", []int{s.Dim}, w}, {"dy", []int{s.Rows, s.Dim}, dy}} {
-		if err := putTensor(ctx, rs, base+in.name+".safetensors", in.shape, in.data); err != nil {
-			return "", err
-		}
+	if err := putTensor(ctx, rs, base+"w.safetensors", []int{s.Dim}, w); err != nil {
+		return "", err
 	}
-	return base, nil
+	g, gctx := errgroup.WithContext(ctx)
+	var next atomic.Int64
+	for range 16 {
+		g.Go(func() error {
+			x := make([]float32, s.Rows*s.Dim)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= s.Jobs {
+					return nil
+				}
+				for k, name := range []string{"x", "dy"} {
+					fill(x, i%7+1+10*k)
+					if err := putTensor(gctx, rs, inputURI(base, name, i), []int{s.Rows, s.Dim}, x); err != nil {
+						return err
+					}
+				}
+			}
+		})
+	}
+	return base, g.Wait()
+}
+
+func inputURI(base, name string, i int) string {
+	return fmt.Sprintf("%s%s/%06d.safetensors", base, name, i)
 }
 
 // enqueue posts n jobs on queue from 8 goroutines.
 func enqueue(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, n int) error {
+	out := base + queue + "/"
 	client := jobs.NewClient(rc, jobs.WithQueue(queue))
 	defer client.Close()
 	g, gctx := errgroup.WithContext(ctx)
@@ -193,8 +272,8 @@ func enqueue(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, n
 				if i >= n {
 					return nil
 				}
-				j := jobs.Job{X: base + "x.safetensors", W: base + "w.safetensors", DY: base + "dy.safetensors",
-					Out: fmt.Sprintf("%sout/%06d.safetensors", base, i), Eps: 1e-6}
+				j := jobs.Job{X: inputURI(base, "x", i), W: base + "w.safetensors", DY: inputURI(base, "dy", i),
+					Out: fmt.Sprintf("%s%06d.safetensors", out, i), Eps: 1e-6}
 				if _, err := client.Enqueue(gctx, j); err != nil {
 					return fmt.Errorf("e2e: enqueue on %s: %w", queue, err)
 				}
@@ -203,6 +282,9 @@ func enqueue(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, n
 	}
 	return g.Wait()
 }
+
+// runSeq numbers the runs' queues (and so their output prefixes).
+var runSeq atomic.Int64
 
 // procCPU is a process's user+sys CPU from /proc/<pid>/stat (Linux), in
 // clock ticks of 10 ms.
@@ -232,13 +314,9 @@ func procCPU(pid int) (time.Duration, error) {
 // runWorker enqueues the shape's jobs, then starts bin/worker on their
 // queue and times it from its "worker started" log line until the queue's
 // completed count reaches the job count.
-func runWorker(ctx context.Context, e *env, bin string, rs routerStore, s shape, maxJobs, concurrency int) (e2eResult, error) {
+func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, concurrency int) (e2eResult, error) {
 	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs, Mode: "bin/worker"}
-	base, err := stageInputs(ctx, rs, s, "w"+strconv.Itoa(maxJobs))
-	if err != nil {
-		return res, err
-	}
-	queue := fmt.Sprintf("bench-worker-%s-%d", s.Name, maxJobs)
+	queue := fmt.Sprintf("bench-worker-%s-%d-%d", s.Name, maxJobs, runSeq.Add(1))
 	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
 	if err := enqueue(ctx, rc, queue, base, s.Jobs); err != nil {
 		return res, err
@@ -374,13 +452,14 @@ func (t *syncTail) String() string {
 // JSON logs at info (written to io.Discard: formatting a log line is the
 // worker's cost, the terminal is not). With profDir it writes a CPU profile
 // and an allocation profile of the run there.
-func runInProcess(ctx context.Context, e *env, store routerStore, s shape, maxJobs, concurrency int, profDir string) (e2eResult, error) {
+func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, concurrency int, profDir string) (e2eResult, error) {
 	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs, Mode: "in process"}
-	base, err := stageInputs(ctx, store, s, "p"+strconv.Itoa(maxJobs))
+	// A store of its own, as a worker process has.
+	store, err := newRouterStore(ctx, e)
 	if err != nil {
 		return res, err
 	}
-	queue := fmt.Sprintf("bench-inproc-%s-%d", s.Name, maxJobs)
+	queue := fmt.Sprintf("bench-inproc-%s-%d-%d", s.Name, maxJobs, runSeq.Add(1))
 	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
 	if err := enqueue(ctx, rc, queue, base, s.Jobs); err != nil {
 		return res, err

@@ -21,6 +21,7 @@ type options struct {
 	scale       float64
 	queueTasks  int
 	only        string
+	repeat      int
 	timeout     time.Duration
 }
 
@@ -32,6 +33,7 @@ func main() {
 	flag.IntVar(&o.concurrency, "concurrency", 64, "handler and storage concurrency (the worker's default)")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every job and object count")
 	flag.IntVar(&o.queueTasks, "queue-tasks", 20000, "tasks for the queue ceiling (before -scale)")
+	flag.IntVar(&o.repeat, "repeat", 2, "runs of the small end-to-end load with default batching and with max_jobs=1 (alternating; rows give medians)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
 	flag.Parse()
@@ -159,7 +161,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		rows, notes, err := benchProfile(ctx, e, o, rs, small)
+		rows, notes, err := benchProfile(ctx, e, o, rs, "", small)
 		if err != nil {
 			return err
 		}
