@@ -70,6 +70,7 @@ func defaultConfig() config {
 	c.MaxRetry = 10
 	c.Timeout = 10 * time.Minute
 	c.Storage.S3.Region = "us-east-1"
+	c.Storage.S3.TLS = true // as the worker's: plain HTTP to S3 must be asked for
 	return c
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +149,22 @@ storage:
 			t.Fatalf("RMSGRAD_REDIS_PASSWORD must win over password_file: %v %q", err, cfg.password)
 		}
 	})
+}
+
+// TestShippedConfigIsTheDefaults: configs/enqueue.yaml parses strictly and
+// every value it shows is the default, as its header says.
+func TestShippedConfigIsTheDefaults(t *testing.T) {
+	clearEnv(t)
+	cfg, err := parseConn(t, "--config", "../../configs/enqueue.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := defaultConfig()
+	cfg.redisFrom, def.redisFrom = "", ""
+	if len(cfg.Storage.S3.Buckets) == 0 {
+		cfg.Storage.S3.Buckets = nil // "buckets: []" in the file
+	}
+	if !reflect.DeepEqual(cfg, def) {
+		t.Fatalf("configs/enqueue.yaml differs from the defaults:\nfile     %+v\ndefaults %+v", cfg, def)
+	}
 }
