@@ -33,7 +33,7 @@ type AllowRule struct {
 // Config configures the S3 store. Endpoint and Allow are required.
 type Config struct {
 	Endpoint  string // host:port, no scheme
-	Region    string // "" lets minio-go discover it
+	Region    string // "" means us-east-1 (what versitygw and MinIO use by default)
 	AccessKey string
 	SecretKey string
 	TLS       bool   // https
@@ -67,7 +67,8 @@ type Config struct {
 
 // Store is the S3 store.
 type Store struct {
-	core    minio.Core
+	core    minio.Core // writes: minio-go's own signing
+	rcore   minio.Core // reads (GET, HEAD): signed by readSigner, see sign.go
 	allow   []AllowRule
 	part    uint64
 	backoff storage.Backoff
@@ -134,17 +135,35 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	} else {
 		creds = credentials.New(&credentials.Static{}) // anonymous
 	}
-	c, err := minio.New(cfg.Endpoint, &minio.Options{
-		Creds:     creds,
-		Secure:    cfg.TLS,
-		Region:    cfg.Region,
-		Transport: tr,
-		// Retries are ours (storage.Retry), with our classification and
-		// resumable reads; minio-go's own would multiply with them.
-		MaxRetries: 1,
-	})
+	region := cfg.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	client := func(creds *credentials.Credentials, tr http.RoundTripper) (*minio.Client, error) {
+		c, err := minio.New(cfg.Endpoint, &minio.Options{
+			Creds:     creds,
+			Secure:    cfg.TLS,
+			Region:    region,
+			Transport: tr,
+			// Retries are ours (storage.Retry), with our classification and
+			// resumable reads; minio-go's own would multiply with them.
+			MaxRetries: 1,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)
+		}
+		return c, nil
+	}
+	c, err := client(creds, tr)
 	if err != nil {
-		return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)
+		return nil, err
+	}
+	rc := c
+	if cfg.AccessKey != "" {
+		rs := &readSigner{next: tr, access: cfg.AccessKey, secret: cfg.SecretKey, region: region}
+		if rc, err = client(credentials.New(&credentials.Static{}), rs); err != nil {
+			return nil, err
+		}
 	}
 	b := cfg.Backoff
 	if b == (storage.Backoff{}) {
@@ -154,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if stall <= 0 {
 		stall = 30 * time.Second
 	}
-	return &Store{core: minio.Core{Client: c}, allow: cfg.Allow, part: cfg.PartSize, backoff: b,
+	return &Store{core: minio.Core{Client: c}, rcore: minio.Core{Client: rc}, allow: cfg.Allow, part: cfg.PartSize, backoff: b,
 		stall: stall, sign: cfg.SignPayload, host: cfg.Endpoint}, nil
 }
 
@@ -289,7 +308,7 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 func (s *Store) Stat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, error) {
 	var info storage.ObjectInfo
 	err := s.retry(ctx, func(ctx context.Context) error {
-		oi, err := s.core.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
+		oi, err := s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
 		if err != nil {
 			err = classify(err)
 			if errors.Is(err, storage.ErrNotFound) {
@@ -309,7 +328,7 @@ func (s *Store) Stat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, 
 func (s *Store) whyNotFound(ctx context.Context, ref storage.Ref, headErr error) error {
 	var opts minio.GetObjectOptions
 	_ = opts.SetRange(0, 0)
-	body, _, _, err := s.core.GetObject(ctx, ref.Bucket, ref.Key, opts)
+	body, _, _, err := s.rcore.GetObject(ctx, ref.Bucket, ref.Key, opts)
 	if err == nil {
 		body.Close()
 		return headErr // it exists now: report what HEAD saw; a retry of the job will find it
@@ -373,7 +392,7 @@ func (s *Store) read(ctx context.Context, ref storage.Ref, etag string, p []byte
 		defer cancel(nil)
 		watchdog := time.AfterFunc(s.stall, func() { cancel(errStalled) })
 		defer watchdog.Stop()
-		body, oi, _, err := s.core.GetObject(actx, ref.Bucket, ref.Key, opts)
+		body, oi, _, err := s.rcore.GetObject(actx, ref.Bucket, ref.Key, opts)
 		if err != nil {
 			return s.attemptErr(ctx, actx, err, "GET")
 		}
