@@ -1,0 +1,40 @@
+package cuda
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestKernelsOnCPU compiles shaders/rms_norm_backward.cu as C++ with g++
+// against a small shim (testdata/kernel_emu.cpp: real barriers, warp
+// shuffles through a per-warp exchange) and runs the job-table kernels on the
+// CPU: r, dx and dw against a double reference, and the fused entry bitwise
+// equal to RMSInv, DX and DW launched apart, for dims 1..9000 (register,
+// prefetch and streaming paths, unaligned dims) and multi-row groups. It is
+// the check of the kernel logic that runs without a GPU; the GPU conformance
+// suite (TestConformance) is the real one.
+func TestKernelsOnCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the CPU run of the CUDA kernels takes about a minute; skipped with -short")
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ not installed: cannot run the CUDA kernels on the CPU")
+	}
+	src, err := filepath.Abs("../shaders/rms_norm_backward.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "kernel_emu")
+	out, err := exec.Command(gxx, "-O1", "-std=c++20", "-pthread", "-Wno-unknown-pragmas",
+		`-DRMS_CU="`+src+`"`, "-o", bin, "testdata/kernel_emu.cpp").CombinedOutput()
+	if err != nil {
+		t.Fatalf("g++: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin).CombinedOutput()
+	t.Logf("\n%s", out)
+	if err != nil {
+		t.Fatalf("kernels on the CPU: %v", err)
+	}
+}

@@ -1,0 +1,108 @@
+// Runs shaders/rms_norm_backward.cu on the CPU (cuda.TestKernelsOnCPU): each
+// launch's blocks run in turn on 256 threads with real barriers, warp
+// shuffles through a per-warp exchange, CUDA's round-to-nearest intrinsics
+// as plain IEEE float operations. It checks r, dx, dw against a double
+// reference and that the fused entry (RMSInv+DX+DW) gives bitwise the bits
+// of the three run as separate launches. Exit status 1 on any failure.
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <functional>
+#include <cstddef>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__
+#define __launch_bounds__(...)
+struct float4 { float x,y,z,w; };
+inline float4 make_float4(float a,float b,float c,float d){return {a,b,c,d};}
+struct dim3 { unsigned x,y,z; };
+thread_local dim3 threadIdx, blockIdx; dim3 blockDim, gridDim;
+template<class T> T __ldg(const T* p){return *p;}
+inline float __fadd_rn(float a,float b){return a+b;}
+inline float __fmul_rn(float a,float b){return a*b;}
+inline float __fmaf_rn(float a,float b,float c){return std::fmaf(a,b,c);}
+inline float __fdiv_rn(float a,float b){return a/b;}
+inline float __frcp_rn(float a){return 1.0f/a;}
+inline float __fsqrt_rn(float a){return std::sqrt(a);}
+std::barrier<>* g_bar; std::barrier<>* g_warp[8]; float g_wbuf[8][32];
+inline void __syncthreads(){ g_bar->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int o){
+  int t=threadIdx.x, w=t>>5, l=t&31;
+  g_wbuf[w][l]=v; g_warp[w]->arrive_and_wait();
+  float r=g_wbuf[w][l^o]; g_warp[w]->arrive_and_wait(); return r;
+}
+using std::size_t;
+using std::min;
+#include RMS_CU
+
+// launch runs blocks one after another on 256 threads (one per CUDA
+// thread), with real barriers for __syncthreads and the warp shuffles.
+void launch(int blocks, std::function<void()> k){
+  std::barrier<> bar(256); g_bar=&bar;
+  for(int w=0;w<8;w++) g_warp[w]=new std::barrier<>(32);
+  std::vector<std::thread> th;
+  for(int t=0;t<256;t++) th.emplace_back([=,&bar]{
+    for(int b=0;b<blocks;b++){ threadIdx={(unsigned)t,0,0}; blockIdx={(unsigned)b,0,0}; k(); bar.arrive_and_wait(); } });
+  for(auto&x:th) x.join();
+  for(int w=0;w<8;w++) delete g_warp[w];
+}
+struct Case { int rows, dim, gmax; };
+int fails=0;
+// run: entries built from flags; returns r,dx,dw
+void run(int rows,int dim,int gmax,bool fused,std::vector<float>&x,std::vector<float>&w,std::vector<float>&dy,
+         std::vector<float>&r,std::vector<float>&dx,std::vector<float>&dw){
+  int rg=(rows+gmax-1)/gmax, g=(rows+rg-1)/rg;
+  std::vector<float> part((size_t)g*dim, NAN);
+  r.assign(rows,NAN); dx.assign((size_t)rows*dim,NAN); dw.assign(dim,NAN);
+  auto mk=[&](int flags){ Job J{}; J.x=x.data(); J.w=w.data(); J.dy=dy.data(); J.r=r.data(); J.dx=dx.data(); J.part=part.data(); J.dw=dw.data();
+    J.rows=rows; J.dim=dim; J.rg=rg; J.g=g; J.flags=flags; J.eps=1e-5f; J.start=0; J.rstart=0; return J;};
+  int nred=((dim+3)/4+7)/8;
+  auto go=[&](std::vector<Job> jobs){
+    // jobs laid out sequentially
+    std::vector<int> bm, bmr; int s=0, rs=0;
+    for(size_t i=0;i<jobs.size();i++){ jobs[i].start=s; jobs[i].rstart=rs; for(int k=0;k<jobs[i].g;k++) bm.push_back(i); s+=jobs[i].g;
+      if(jobs[i].flags&F_DW){ for(int k=0;k<nred;k++) bmr.push_back(i); rs+=nred; } }
+    launch(s,[&]{ rms_norm_backward_rows_f32(jobs.data(), bm.data()); });
+    if(rs) launch(rs,[&]{ rms_norm_dw_reduce_f32(jobs.data(), bmr.data()); });
+  };
+  if(fused){ go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW)}); }
+  else { go({mk(F_COMPUTE_R|F_WRITE_R)}); go({mk(F_DX)}); 
+    // DW separately in a second table entry after a DX-only job, exercising bmap
+    std::vector<Job> j2={mk(F_DW)}; go(j2); }
+}
+int main(){
+  // gmax (the most groups a job is split into) is small here so that groups
+  // of several rows, and the next-row prefetch, are exercised cheaply.
+  std::vector<Case> cs={{2,32,264},{7,1,3},{3,257,264},{65,31,8},{7,4097,3},{5,9000,2},{40,1024,6},{5,6144,2},{1,3,264},{9,8192,4},{33,2048,5}};
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> U(-1,1);
+  for(auto c:cs){
+    int rows=c.rows, dim=c.dim; size_t n=(size_t)rows*dim;
+    std::vector<float> x(n),w(dim),dy(n);
+    for(auto&v:x)v=U(rng); for(auto&v:dy)v=U(rng)*0.5f; for(auto&v:w)v=1+0.1f*U(rng);
+    std::vector<float> r1,dx1,dw1,r2,dx2,dw2;
+    run(rows,dim,c.gmax,true,x,w,dy,r1,dx1,dw1);
+    run(rows,dim,c.gmax,false,x,w,dy,r2,dx2,dw2);
+    bool same = memcmp(r1.data(),r2.data(),4*rows)==0 && memcmp(dx1.data(),dx2.data(),4*n)==0 && memcmp(dw1.data(),dw2.data(),4*dim)==0;
+    // reference
+    double maxe=0, maxw=0;
+    std::vector<double> dwr(dim,0);
+    for(int b=0;b<rows;b++){ double ss=0,s=0; for(int i=0;i<dim;i++){ double xv=x[(size_t)b*dim+i], d=dy[(size_t)b*dim+i]; ss+=xv*xv; s+=d*xv*w[i]; }
+      double rr=1/std::sqrt(ss/dim+1e-5);
+      maxe=std::max(maxe, std::fabs(rr-r1[b])/rr);
+      for(int i=0;i<dim;i++){ double xv=x[(size_t)b*dim+i], d=dy[(size_t)b*dim+i]; double want=rr*(d*w[i]-xv*s*rr*rr/dim);
+        double got=dx1[(size_t)b*dim+i]; if(!(std::fabs(got-want)<=1e-4*(1+std::fabs(want)))) { if(maxe<1) maxe=1e9; }
+        dwr[i]+=d*xv*rr; } }
+    for(int i=0;i<dim;i++){ double e=std::fabs(dw1[i]-dwr[i]); if(!(e<=1e-4*(1+std::fabs(dwr[i])*1)+1e-5*rows)) maxw=1e9; maxw=std::max(maxw,e); }
+    bool ok = same && maxe<1e-5 && maxw<1e-2;
+    if(!ok) fails++;
+    printf("%5dx%-5d gmax %3d fused==unfused:%d r_relerr %.2g dw_abserr %.2g %s\n", rows, dim, c.gmax, same, maxe, maxw, ok?"ok":"FAIL");
+  }
+  return fails?1:0;
+}
