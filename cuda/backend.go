@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ type Backend struct {
 	device string
 	arch   string
 	sms    int
+	perSM  int // row groups per multiprocessor for a large job
 
 	mod                     uintptr
 	fnRows, fnReduce, fnAdd uintptr
@@ -94,6 +96,10 @@ func open() (*Backend, error) {
 	}
 	b.arch = fmt.Sprintf("sm_%d%d", major, minor)
 	b.sms = int(sms)
+	b.perSM = 2
+	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_BLOCKS_PER_SM")); err == nil && v > 0 {
+		b.perSM = v
+	}
 	b.device = fmt.Sprintf("%s (%s)", strings.TrimRight(string(name[:]), "\x00"), b.arch)
 
 	nv, _, err := loadNVRTC()

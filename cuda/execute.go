@@ -69,8 +69,9 @@ func (b *Backend) own(buf compute.Buffer) (*buffer, error) {
 }
 
 // gmax is the most groups one job is split into: two resident blocks per
-// multiprocessor, so a large job is one wave of persistent blocks.
-func (b *Backend) gmax() int { return 2 * max(b.sms, 1) }
+// multiprocessor (RMSGRAD_CUDA_BLOCKS_PER_SM at Open, for benchmarking
+// variants), so a large job is one wave of persistent blocks.
+func (b *Backend) gmax() int { return b.perSM * max(b.sms, 1) }
 
 // Execute runs ops on the backend's stream: uploads of every input no earlier
 // op writes (from the buffers' pinned host memory), the job table, then for

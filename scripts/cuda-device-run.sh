@@ -35,10 +35,12 @@ if has bench; then
 fi
 
 if has variants; then
-	for v in "-DRMS_PF_KMAX=0" "-DRMS_PF_KMAX=8 -DRMS_MIN_BLOCKS=1"; do
-		RMSGRAD_CUDA_NVRTC_OPTS="$v" RMSGRAD_CUDA_SHAPES=16384x4096,32768x8192,4096x4096 RMSGRAD_REQUIRE_CUDA=1 \
-			RMSGRAD_CUDA_BENCH=/tmp/variant.json timeout 100 bin/cuda.test -test.run '^TestBenchTable$' -test.v 2>&1 |
-			grep -E 'ours|jobs' | sed "s/^/[$v] /" >>"$out/variants.log"
+	# VARIANTS: ";"-separated "BLOCKS_PER_SM|NVRTC options" pairs.
+	IFS=';' read -ra vs <<<"${VARIANTS:-2|-DRMS_PF_KMAX=0;3|-DRMS_MIN_BLOCKS=3;1|-DRMS_MIN_BLOCKS=1 -DRMS_PF_KMAX=8}"
+	for v in "${vs[@]}"; do
+		RMSGRAD_CUDA_BLOCKS_PER_SM="${v%%|*}" RMSGRAD_CUDA_NVRTC_OPTS="${v#*|}" RMSGRAD_CUDA_SHAPES=${VSHAPES:-16384x4096,32768x8192,4096x4096} \
+			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_BENCH=/tmp/variant.json timeout 100 bin/cuda.test -test.run '^TestBenchTable$' -test.v 2>&1 |
+			grep -E 'ours|jobs|FAIL|Error' | sed "s/^/[$v] /" >>"$out/variants.log"
 	done
 fi
 
