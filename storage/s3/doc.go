@@ -3,13 +3,25 @@
 // from the worker's configuration (never from a job), limited to the
 // buckets and key prefixes of Config.Allow.
 //
-// Reads are range GETs streamed by io.ReadFull from the response body
-// straight into the caller's buffer (minio.Core, without the buffered
-// minio.Object wrapper); a transfer cut off mid-body resumes with a range
-// GET of the remainder pinned by If-Match to the version it started on, so
-// a retried read never mixes two versions and never returns a short tensor.
-// Writes are one PUT, or a multipart upload above Config.PartSize; both
-// become visible only when complete. Transient failures (5xx, 429/SlowDown,
-// timeouts, refused or reset connections, bodies cut short) are retried with
-// storage.Retry; 4xx answers are not.
+// Reads are GETs streamed from the response body straight into the caller's
+// buffer (minio.Core, without the buffered minio.Object wrapper): a range
+// GET for a tensor inside an object, or a plain GET whose small header
+// prefix is dropped when the tensor is the object's tail (servers answer
+// whole objects faster; see ReadAtSized). A transfer cut off or stalled
+// mid-body (Config.StallTimeout) resumes with a range GET of the remainder
+// pinned by If-Match to the version it started on, so a retried read never
+// mixes two versions and never returns a short tensor. GET and HEAD are
+// signed by readSigner (sign.go), which derives the SigV4 key once a day
+// instead of per request.
+//
+// Writes are one PUT, or a multipart upload above Config.PartSize (16 MiB
+// by default; minio-go sends the parts from 4 goroutines straight from the
+// compute buffers); both become visible only when complete. Payloads go
+// unsigned unless Config.SignPayload (Write records a sha256 per tensor).
+//
+// Transient failures (5xx, 429/SlowDown, stalls, timeouts, refused or reset
+// connections, bodies cut short) are retried with storage.Retry (capped
+// exponential backoff, full jitter, context honoured); 4xx answers are not,
+// and credential errors (including versitygw's 404 XAdminUserNotFound) are
+// storage.ErrAccess without any key material in the text.
 package s3
