@@ -186,7 +186,7 @@ func TestCLI(t *testing.T) {
 		}
 		r = e.mustRun("result", "cli-b")
 		if !strings.Contains(r.stdout, "job cli-b completed: out s3://"+bucket+"/out/b.safetensors (4x96) on cpu/cli-test") ||
-			!strings.Contains(r.stdout, "dx sha256 "+st.Result.SHA256["dx"]) || !strings.Contains(r.stdout, "dw sha256 "+st.Result.SHA256["dw"]) {
+			!strings.Contains(r.stdout, "dx sha256 "+st.Result.SHA256["dx"]) || !strings.Contains(r.stdout, "dw sha256 "+st.Result.SHA256["dw"]) || !strings.Contains(r.stdout, "ms: queue_wait ") {
 			t.Fatalf("result:\n%s", r.stdout)
 		}
 		if okID != "" {

@@ -110,6 +110,9 @@ func printOutcome(stdout io.Writer, asJSON bool, id string, res *jobs.Result, er
 				fmt.Fprintf(stdout, "  %-2s sha256 %s\n", name, h)
 			}
 		}
+		tm := res.Timings
+		fmt.Fprintf(stdout, "  ms: queue_wait %.1f, fetch %.1f, batch_wait %.1f, compute %.1f, store %.1f\n",
+			tm.QueueWait, tm.Fetch, tm.Batch, tm.Compute, tm.Store)
 	}
 	if failed != nil {
 		return &exitError{1, failed}
