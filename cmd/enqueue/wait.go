@@ -141,12 +141,12 @@ func report(stdout io.Writer, asJSON bool, outs []outcome) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tSHAPE\tBATCH\tTOTAL_MS\tERROR")
+		fmt.Fprintln(tw, "ID\tSTATE\tROWSxDIM\tBATCH/JOBS\tTOTAL_MS\tERROR")
 		for _, o := range outs {
 			shape, batch, total := "-", "-", "-"
 			if r := o.Result; r != nil {
 				shape = fmt.Sprintf("%dx%d", r.Rows, r.Dim)
-				batch = fmt.Sprintf("%s/%d", shortID(r.BatchID), r.BatchJobs)
+				batch = fmt.Sprintf("%s/%d", r.BatchID, r.BatchJobs)
 				total = fmt.Sprintf("%.1f", r.Timings.Total)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", o.ID, o.State, shape, batch, total, o.Error)
@@ -158,13 +158,6 @@ func report(stdout io.Writer, asJSON bool, outs []outcome) error {
 		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete", nFailed, len(outs))}
 	}
 	return nil
-}
-
-func shortID(s string) string {
-	if len(s) > 8 {
-		return s[:8]
-	}
-	return s
 }
 
 func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
