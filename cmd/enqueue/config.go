@@ -153,6 +153,12 @@ func loadConfig(f *connFlags) (config, error) {
 	if c.Queue == "" {
 		return c, errors.New("config: queue: must not be empty")
 	}
+	if c.Retention <= 0 {
+		return c, fmt.Errorf("config: retention: must be > 0, got %v (asynq deletes a result at once without it, and wait could not read it)", c.Retention)
+	}
+	if c.MaxRetry < 0 || c.Timeout <= 0 {
+		return c, fmt.Errorf("config: max_retry must be >= 0 and timeout > 0, got %d and %v", c.MaxRetry, c.Timeout)
+	}
 	return c, nil
 }
 

@@ -113,6 +113,11 @@ storage:
 		if _, err := parseConn(t, "--config", bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "adress") {
 			t.Fatalf("misspelt key: %v", err)
 		}
+		zero := filepath.Join(dir, "zero.yaml")
+		writeFile(t, zero, "retention: 0s\n")
+		if _, err := parseConn(t, "--config", zero); err == nil || !strings.Contains(err.Error(), "retention") {
+			t.Fatalf("retention 0: %v", err)
+		}
 		if _, err := parseConn(t, "--config", filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 			t.Fatalf("missing explicit config: %v", err)
 		}
