@@ -12,9 +12,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/rmsgrad/rmsgrad/compute"
-	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
 // queueCollector reports queue depth through asynq's Inspector at scrape
@@ -45,36 +42,15 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// readiness is what /readyz checks: Redis answers, the stores answer, the
-// backend is open.
-type readiness struct {
-	srv   *asynq.Server
-	store jobs.Store
-	be    compute.Backend
-}
-
-func (r readiness) check(ctx context.Context) error {
-	if r.be == nil {
-		return errors.New("backend not open")
-	}
-	if err := r.srv.Ping(); err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	if err := r.store.Ping(ctx); err != nil {
-		return fmt.Errorf("storage: %w", err)
-	}
-	return nil
-}
-
 // serveHTTP serves /metrics, /healthz and /readyz on addr until ctx ends.
-func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready readiness, log *slog.Logger) (string, error) {
+// /readyz answers from the prober's last probes: 200 "ready", or 503 naming
+// each dependency that is down, why, and for how long.
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready *prober, log *slog.Logger) (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
-		cctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
-		defer cancel()
-		if err := ready.check(cctx); err != nil {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready.ready(); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

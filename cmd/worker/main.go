@@ -75,9 +75,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := jobs.NewMetrics(reg)
-	batcher := jobs.NewBatcher(be, jobs.BatchConfig{MaxJobs: cfg.Batch.MaxJobs, MaxBytes: cfg.Batch.MaxBytes, MaxWait: cfg.Batch.MaxWait}, metrics, log)
+	tbe := newTracedBackend(be, reg, log)
+	batcher := jobs.NewBatcher(tbe, jobs.BatchConfig{MaxJobs: cfg.Batch.MaxJobs, MaxBytes: cfg.Batch.MaxBytes, MaxWait: cfg.Batch.MaxWait}, metrics, log)
 	h, err := jobs.NewHandler(jobs.HandlerConfig{
-		Backend: be, Batcher: batcher, Store: store, Budget: jobs.NewBudget(cfg.BudgetBytes),
+		Backend: tbe, Batcher: batcher, Store: store, Budget: jobs.NewBudget(cfg.BudgetBytes),
 		Limits:     jobs.Limits{MaxElements: cfg.Limits.MaxElements, MaxBytes: cfg.Limits.MaxJobBytes},
 		SigningKey: cfg.secrets.SigningKey, Worker: cfg.Worker, Metrics: metrics, Logger: log,
 	})
@@ -96,8 +97,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	insp := asynq.NewInspector(redis)
 	defer insp.Close()
 	reg.MustRegister(newQueueCollector(insp, slices.Sorted(maps.Keys(cfg.Queues))))
+	// Readiness follows Redis and storage: a background probe, so /readyz
+	// reports an outage while it lasts and answers at once.
+	probes := newProber(reg, log,
+		depCheck{"redis", func(context.Context) error { return srv.Ping() }},
+		depCheck{"storage", store.Ping})
+	go probes.run(ctx)
 	if cfg.HTTPAddr != "" {
-		addr, err := serveHTTP(ctx, cfg.HTTPAddr, reg, readiness{srv: srv, store: store, be: be}, log)
+		addr, err := serveHTTP(ctx, cfg.HTTPAddr, reg, probes, log)
 		if err != nil {
 			return err
 		}
