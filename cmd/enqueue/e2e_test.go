@@ -75,7 +75,7 @@ func TestEndToEndS3(t *testing.T) {
 			&badJob{j: jobs.Job{X: in + "#x", W: in + "#w", DY: in + "#x", Eps: 1e-6, Out: "s3://" + foreignBucket + "/out"},
 				want: []string{"tensor out", "not allowed"}},
 			&badJob{j: jobs.Job{X: in + "#missing", W: in + "#w", DY: in + "#x", Eps: 1e-6, Out: in + ".out2"},
-				want: []string{"tensor x", "missing"}})
+				want: []string{"tensor x", "no such tensor in the object (it holds: x, w, dy)"}})
 	}
 
 	// synth uploads 500 jobs' inputs, enqueues them, waits, checks them
