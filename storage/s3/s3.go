@@ -449,6 +449,24 @@ func (s *Store) attemptErr(ctx, actx context.Context, err error, what string) er
 	return classify(err)
 }
 
+// partSize picks the multipart part size for an object of size bytes:
+// size / PartSize parts rounded down, equal but the last, so an output of
+// 64 MiB of tensor plus a few hundred bytes of header goes up as 4 parts
+// of 16 MiB + 50 bytes, not as 4 full parts and a fifth request for the
+// header's worth. Objects up to PartSize (and beyond 10,000 parts) are
+// left to minio-go.
+func (s *Store) partSize(size int64) uint64 {
+	base := int64(s.part)
+	if base <= 0 {
+		base = 16 << 20
+	}
+	n := size / base
+	if n < 1 || n > 10000 {
+		return s.part
+	}
+	return uint64((size + n - 1) / n)
+}
+
 // Put uploads size bytes from r: one PUT up to the part size, a multipart
 // upload above it. A body that is an io.Seeker is rewound for each retry;
 // any other body gets a single attempt.
@@ -474,7 +492,7 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 		}
 		_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, minio.PutObjectOptions{
 			ContentType:          "application/octet-stream",
-			PartSize:             s.part,
+			PartSize:             s.partSize(size),
 			DisableContentSha256: !s.sign,
 		})
 		return classify(err)

@@ -128,7 +128,7 @@ func TestMultipart(t *testing.T) {
 	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp; c.PartSize = 5 << 20 })
 	r := newRouter(st)
 	uri := "s3://data/t/mp.safetensors"
-	ts := []storage.OutTensor{tensor("dx", 3000, 1024, 5), tensor("dw", 1, 1024, 6)} // ~11.7 MiB: 3 parts
+	ts := []storage.OutTensor{tensor("dx", 3000, 1024, 5), tensor("dw", 1, 1024, 6)} // ~11.7 MiB: 2 parts of ~5.9 MiB
 	res, err := r.Write(ctx, uri, ts, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -136,16 +136,16 @@ func TestMultipart(t *testing.T) {
 	if got := tp.matching("POST ", "uploads"); len(got) != 1 {
 		t.Errorf("want one CreateMultipartUpload, got %v", got)
 	}
-	if got := tp.matching("PUT ", "partNumber="); len(got) != 3 {
-		t.Errorf("want 3 UploadPart requests, got %v", got)
+	if got := tp.matching("PUT ", "partNumber="); len(got) != 2 {
+		t.Errorf("want 2 UploadPart requests, got %v", got)
 	}
 	ref, _ := storage.ParseRef(uri)
 	info, err := st.Stat(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := multipartETag.FindStringSubmatch(info.ETag); m == nil || m[1] != "3" || info.Size != res.Bytes {
-		t.Errorf("object ETag %q, size %d: want a 3-part multipart ETag and %d bytes", info.ETag, info.Size, res.Bytes)
+	if m := multipartETag.FindStringSubmatch(info.ETag); m == nil || m[1] != "2" || info.Size != res.Bytes {
+		t.Errorf("object ETag %q, size %d: want a 2-part multipart ETag and %d bytes", info.ETag, info.Size, res.Bytes)
 	}
 	for _, want := range ts {
 		ti, err := r.Head(ctx, uri+"#"+want.Name)
@@ -195,7 +195,7 @@ func TestLargeObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := (res.Bytes + 16<<20 - 1) / (16 << 20)
+	parts := res.Bytes / (16 << 20) // the header's few bytes ride in the 16 parts, not a 17th
 	if m := multipartETag.FindStringSubmatch(info.ETag); m == nil || m[1] != strconv.FormatInt(parts, 10) {
 		t.Errorf("ETag %q: want a %d-part multipart upload", info.ETag, parts)
 	}
