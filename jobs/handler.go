@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
@@ -349,6 +351,9 @@ func (h *Handler) checkShapes(id string, in [3]TensorInfo) (rows, dim int, err e
 // checkFinite returns an ErrNonFinite error with the count and the first
 // index of NaN/Inf values in v, or nil.
 func checkFinite(v []float32) error {
+	if allFinite(v) {
+		return nil
+	}
 	first, count := -1, 0
 	for i, f := range v {
 		// Exponent all ones is Inf or NaN; cheaper than two math calls.
@@ -363,6 +368,32 @@ func checkFinite(v []float32) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %d NaN/Inf of %d values, first at flat index %d (%v)", ErrNonFinite, count, len(v), first, v[first])
+}
+
+// allFinite reports whether v holds no NaN or Inf without a branch per
+// value (checkFinite runs over every input and output of every job; the
+// small-job profile had it as the worker's top function). An exponent of
+// all ones plus one carries into bit 31 and no other exponent does, so
+// OR-ing (bits & exponent mask) + (lowest exponent bit) over v leaves bit
+// 31 clear exactly when every value is finite. It reads two values per
+// 64-bit load (in native byte order, so each 32-bit lane is one value's
+// bits), about twice the speed of the per-value loop.
+func allFinite(v []float32) bool {
+	const exp2, one2 = 0x7f8000007f800000, 0x0080000000800000
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+	var a0, a1, a2, a3 uint64
+	for len(b) >= 32 {
+		a0 |= binary.NativeEndian.Uint64(b[0:])&exp2 + one2
+		a1 |= binary.NativeEndian.Uint64(b[8:])&exp2 + one2
+		a2 |= binary.NativeEndian.Uint64(b[16:])&exp2 + one2
+		a3 |= binary.NativeEndian.Uint64(b[24:])&exp2 + one2
+		b = b[32:]
+	}
+	for len(b) >= 4 {
+		a0 |= uint64(binary.NativeEndian.Uint32(b)&0x7f800000 + 0x00800000)
+		b = b[4:]
+	}
+	return (a0|a1|a2|a3)&0x8000000080000000 == 0
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
