@@ -576,6 +576,15 @@ func TestBadInput(t *testing.T) {
 			b := payloadOf(t, good0(p))
 			return Job{}, append(b[:len(b)-1], `,"endpoint":"evil.example:9000"}`...)
 		}, want: []string{"payload", `unknown field "endpoint"`}},
+		{name: "payload key in another case", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
+			// encoding/json alone would let "OUT" fill Out.
+			return Job{}, mustReplace(t, payloadOf(t, good0(p)), `"out":`, `"OUT":`)
+		}, want: []string{"payload", `unknown field "OUT"`}},
+		{name: "payload key given twice", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
+			// encoding/json alone would keep the last out.
+			b := payloadOf(t, good0(p))
+			return Job{}, append(b[:len(b)-1], `,"out":"`+p+`.other"}`...)
+		}, want: []string{"payload", `field "out" given twice`}},
 		{name: "unknown version", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
 			return Job{}, mustReplace(t, payloadOf(t, good0(p)), `"v":1`, `"v":2`)
 		}, want: []string{"v", "version 2 not supported"}},

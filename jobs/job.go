@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"slices"
+	"strings"
 )
 
 // TaskType is the asynq task type of an RMSNorm-backward job.
@@ -87,6 +89,9 @@ func Decode(payload []byte) (Job, error) {
 	if len(payload) > MaxPayloadBytes {
 		return j, fieldErr("payload", "%d bytes, limit %d", len(payload), MaxPayloadBytes)
 	}
+	if err := checkKeys(payload); err != nil {
+		return Job{}, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
@@ -99,6 +104,50 @@ func Decode(payload []byte) (Job, error) {
 		return Job{}, err
 	}
 	return j, nil
+}
+
+// payloadKeys are the payload's field names, exactly as Job's json tags
+// spell them.
+var payloadKeys = func() map[string]bool {
+	m := map[string]bool{}
+	t := reflect.TypeFor[Job]()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			m[name] = true
+		}
+	}
+	return m
+}()
+
+// checkKeys rejects what encoding/json would let through: a key spelt in
+// another case ("OUT" or "Out" fill Out) and a key given twice (the last
+// wins). Either lets a proxy or an auditor that reads the raw JSON see a
+// different job than the worker runs.
+func checkKeys(payload []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil // not an object: the strict decode reports it
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := t.(string)
+		if !payloadKeys[k] {
+			return fieldErr("payload", "unknown field %q (field names are exact and lowercase)", k)
+		}
+		if seen[k] {
+			return fieldErr("payload", "field %q given twice", k)
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // Validate checks what can be checked without reading any tensor.
