@@ -436,6 +436,7 @@ func CheckResult(res *jobs.Result, in *Input, out string, outputs ...string) err
 type Final struct {
 	Results  map[string]*jobs.Result // completed job id -> result
 	Retried  map[string]int          // job id -> asynq retry count (completed jobs)
+	LastErr  map[string]string       // job id -> last error of a completed job that was retried
 	Archived map[string]string       // archived job id -> last error
 	Lost     []string                // ids that are neither completed nor archived
 }
@@ -471,7 +472,7 @@ func (e *Env) WaitFinal(ctx context.Context, ids []string) (*Final, error) {
 }
 
 func (e *Env) collect(want map[string]bool) (*Final, error) {
-	f := &Final{Results: map[string]*jobs.Result{}, Retried: map[string]int{}, Archived: map[string]string{}}
+	f := &Final{Results: map[string]*jobs.Result{}, Retried: map[string]int{}, LastErr: map[string]string{}, Archived: map[string]string{}}
 	for page := 1; ; page++ {
 		ts, err := e.Insp.ListCompletedTasks(jobs.DefaultQueue, asynq.PageSize(1000), asynq.Page(page))
 		if err != nil {
@@ -484,6 +485,9 @@ func (e *Env) collect(want map[string]bool) (*Final, error) {
 			}
 			f.Results[ti.ID] = &r
 			f.Retried[ti.ID] = ti.Retried
+			if ti.LastErr != "" {
+				f.LastErr[ti.ID] = ti.LastErr
+			}
 		}
 		if len(ts) < 1000 {
 			break
