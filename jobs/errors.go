@@ -52,6 +52,12 @@ func (e *JobError) Unwrap() []error {
 // invalid payload or signature, a storage error storage.Permanent calls
 // permanent, a limit, a job that never fits the budget, a compute argument
 // error, or non-finite values.
+//
+// storage.ErrAccess is the exception: credentials refused are the worker's
+// configuration, not the job (the allow-list already keeps jobs to the
+// buckets the worker may use), so the job is retried with backoff, and
+// another worker, or this one once its secret is fixed, runs it. Archiving
+// it would let one worker with a stale key empty the queue into the archive.
 func IsPermanent(err error) bool {
 	var je *JobError
 	if errors.As(err, &je) {
@@ -61,6 +67,9 @@ func IsPermanent(err error) bool {
 		if errors.Is(err, e) {
 			return true
 		}
+	}
+	if errors.Is(err, storage.ErrAccess) {
+		return false
 	}
 	return storage.Permanent(err)
 }

@@ -340,25 +340,38 @@ signing_key_file: %s
 	}
 	keep("output object", string(outObj))
 
-	// 2. A wrong S3 secret: not ready (storage), and a job fails with an
-	// access error, permanently.
+	// 2. A wrong S3 secret (a worker with a stale key in a fleet): not
+	// ready (storage), and a job it takes fails with an access error and
+	// is retried, not archived, so a correctly configured worker runs it.
 	w2 := runWorker(t, bin, cleanEnv(), "--config", wrongS3Cfg)
-	body := w2.waitReady(t, 503, "storage", "access denied")
-	keep("readyz wrong s3", body)
-	denied, err := client.Enqueue(ctx, job("s3://tensors/o5"))
+	keep("readyz wrong s3", w2.waitReady(t, 503, "storage", "access denied"))
+	denied, err := client.Enqueue(ctx, job("s3://tensors/o5"), asynq.MaxRetry(25))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = client.Wait(ctx, denied)
-	var fe *jobs.JobFailedError
-	if !asErr(err, &fe) || !strings.Contains(fe.Msg, "access denied") {
-		t.Errorf("job with a wrong S3 secret: %v, want a failure saying access denied", err)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		s := record(denied)
+		if s.State == jobs.StateFailed {
+			t.Fatalf("a job refused by the storage credentials was archived: %s", s.LastErr)
+		}
+		if s.Retried >= 1 && strings.Contains(s.LastErr, "access denied") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job under a wrong S3 secret: state %s, retried %d, last error %q", s.State, s.Retried, s.LastErr)
+		}
 	}
-	record(denied)
 	_, metrics = w2.get(t, "/metrics")
 	keep("metrics wrong s3", metrics)
 	w2.stop(t)
 	keep("worker output wrong s3", w2.out.String())
+	w4 := runWorker(t, bin, cleanEnv(), "--config", goodCfg)
+	if _, err := client.Wait(ctx, denied); err != nil {
+		t.Fatalf("the job the misconfigured worker could not run: %v\n%s", err, w4.out.String())
+	}
+	record(denied)
+	w4.stop(t)
+	keep("worker output after the fix", w4.out.String())
 
 	// 3. A wrong Redis password: the worker says so (and is not ready, or
 	// exits), without the password.
@@ -400,15 +413,4 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-func asErr(err error, fe **jobs.JobFailedError) bool {
-	if err == nil {
-		return false
-	}
-	f, ok := err.(*jobs.JobFailedError)
-	if ok {
-		*fe = f
-	}
-	return ok
 }
