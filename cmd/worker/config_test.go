@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hibiken/asynq"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -101,5 +103,30 @@ func TestPrintConfigRedactsSecrets(t *testing.T) {
 	}
 	if cfg.secrets.S3SecretKey != "s3-secret-value" || string(cfg.secrets.SigningKey) != "sign-value" {
 		t.Fatal("secrets not loaded from env and file")
+	}
+}
+
+// TestRedisURLKeepsACLUser: asynq.ParseRedisURI drops the user name of
+// redis://user:pass@host; the worker must keep it (and let redis.username
+// override it), or an ACL user given by URL fails to authenticate.
+func TestRedisURLKeepsACLUser(t *testing.T) {
+	for _, tc := range []struct{ url, username, want string }{
+		{"redis://alice:pw@127.0.0.1:6380/2", "", "alice"},
+		{"redis://alice:pw@127.0.0.1:6380/2", "bob", "bob"},
+		{"redis://127.0.0.1:6380", "", ""},
+	} {
+		cfg := defaultConfig()
+		cfg.Redis.URL, cfg.Redis.Username = tc.url, tc.username
+		opt, err := redisOpt(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		c, ok := opt.(asynq.RedisClientOpt)
+		if !ok {
+			t.Fatalf("%s: got %T", tc.url, opt)
+		}
+		if c.Username != tc.want || c.Addr != "127.0.0.1:6380" {
+			t.Errorf("%s (username %q): Username %q Addr %q, want %q", tc.url, tc.username, c.Username, c.Addr, tc.want)
+		}
 	}
 }

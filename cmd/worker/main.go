@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -165,6 +166,14 @@ func redisOpt(cfg Config) (asynq.RedisConnOpt, error) {
 		c, ok := opt.(asynq.RedisClientOpt)
 		if !ok {
 			return opt, nil
+		}
+		// asynq.ParseRedisURI keeps the password but drops the ACL user
+		// name: take it from the URL, and let redis.username override it.
+		if u, err := url.Parse(rc.URL); err == nil && u.User != nil {
+			c.Username = u.User.Username()
+		}
+		if rc.Username != "" {
+			c.Username = rc.Username
 		}
 		if pw != "" && c.Password == "" {
 			c.Password = pw
