@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -636,6 +637,19 @@ func TestBadInput(t *testing.T) {
 				return f32s(k, 2)
 			}), nil
 		}, want: []string{"non-finite values", "output (batch "}, sameBatch: true},
+		{name: "finite x whose sum of squares overflows float32", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
+			// Without a guard rms_inv comes out 0 and dx, dw finite zeros:
+			// silently wrong rather than non-finite.
+			return put(t, e, p+".safetensors", []int{4, 16}, []int{16}, []int{4, 16}, func(name string, k int) []float32 {
+				s := normal(k, uint64(len(name)))
+				if name == "x" {
+					for i := range s {
+						s[i] *= 1e20
+					}
+				}
+				return s
+			}), nil
+		}, want: []string{"tensor x", "non-finite values", "row 0 of x: its sum of squares overflows float32"}, sameBatch: true},
 		{name: "unknown output", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
 			j := good0(p)
 			j.Outputs = []string{"dx", "ddx"}
@@ -702,6 +716,9 @@ func TestBadInput(t *testing.T) {
 	t.Logf("%d bad inputs (%d jobs) archived with 0 retries; %d batch-mates and 1 later job completed bitwise", len(cases), attempts, 2*attempts)
 }
 
+// batchRE finds the batch id a message names ("batch 1a2b3c4d-17").
+var batchRE = regexp.MustCompile(`batch ([0-9a-f]+-[0-9]+)`)
+
 // runBadCase enqueues c's bad job between two good batch-mates under prefix
 // p and checks all three. It returns the bad job's message, and whether it
 // shared a command buffer with a batch-mate (only known for jobs that
@@ -746,8 +763,10 @@ func runBadCase(t *testing.T, ctx context.Context, e *realEnv, c badCase, p stri
 	if !c.sameBatch {
 		return fe.Msg, false
 	}
-	_, batch, _ := strings.Cut(fe.Msg, "output (batch ")
-	batch, _, _ = strings.Cut(batch, ")")
+	batch := ""
+	if m := batchRE.FindStringSubmatch(fe.Msg); m != nil {
+		batch = m[1]
+	}
 	if batch == "" {
 		t.Fatalf("message %q does not name its batch", fe.Msg)
 	}

@@ -256,6 +256,9 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	if err != nil {
 		return nil, jobErr(id, "", "", err)
 	}
+	if err := checkRowScale(w.R.Float32s()); err != nil {
+		return nil, jobErr(id, "x", j.X, fmt.Errorf("batch %s: %w", bi.ID, err))
+	}
 	computed := time.Now()
 	tm.Batch = ms(bi.Wait)
 	tm.Compute = ms(bi.Device)
@@ -346,6 +349,20 @@ func (h *Handler) checkShapes(id string, in [3]TensorInfo) (rows, dim int, err e
 		return 0, 0, jobErr(id, "dy", dy.URI, shapeErr("shape %v: want x's shape %v", dy.Shape, x.Shape))
 	}
 	return n / dim, dim, nil
+}
+
+// checkRowScale guards against the one overflow checkFinite cannot see:
+// rms_inv = 1/sqrt(mean(x^2)+eps) is > 0 for any finite row, but when a
+// row's sum of squares overflows float32 (|x| around 1e19 and up) it comes
+// out 0, and dx and dw come out as finite zeros, silently wrong. Such a job
+// fails permanently, naming the row.
+func checkRowScale(r []float32) error {
+	for i, v := range r {
+		if v == 0 || math.Float32bits(v)&0x7f800000 == 0x7f800000 {
+			return fmt.Errorf("%w: row %d of x: its sum of squares overflows float32 (rms_inv came out %v); rescale x", ErrNonFinite, i, v)
+		}
+	}
+	return nil
 }
 
 // checkFinite returns an ErrNonFinite error with the count and the first
