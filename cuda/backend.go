@@ -24,7 +24,11 @@ type Backend struct {
 	device string
 	arch   string
 	sms    int
-	perSM  int // row groups per multiprocessor for a large job
+	// Geometry knobs (geometry): forced blocks per multiprocessor (0:
+	// chosen per dim), most shared-memory row slots, the per-block shared
+	// memory limit.
+	perSM, maxStages int
+	smemOptin        int32
 
 	mod                     uintptr
 	fnRows, fnReduce, fnAdd uintptr
@@ -89,16 +93,19 @@ func open() (*Backend, error) {
 	for _, a := range []struct {
 		v    *int32
 		attr int32
-	}{{&major, attrComputeCapMajor}, {&minor, attrComputeCapMinor}, {&sms, attrMultiprocessorCount}} {
+	}{{&major, attrComputeCapMajor}, {&minor, attrComputeCapMinor}, {&sms, attrMultiprocessorCount}, {&b.smemOptin, attrMaxSmemOptin}} {
 		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(a.v, a.attr, b.dev)); err != nil {
 			return nil, err
 		}
 	}
 	b.arch = fmt.Sprintf("sm_%d%d", major, minor)
 	b.sms = int(sms)
-	b.perSM = 2
+	b.perSM, b.maxStages = 0, 4
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_BLOCKS_PER_SM")); err == nil && v > 0 {
 		b.perSM = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_STAGES")); err == nil && v >= 0 {
+		b.maxStages = min(v, 4)
 	}
 	b.device = fmt.Sprintf("%s (%s)", strings.TrimRight(string(name[:]), "\x00"), b.arch)
 
@@ -135,6 +142,11 @@ func open() (*Backend, error) {
 		name string
 	}{{&b.fnRows, shaders.CUDARowsKernel}, {&b.fnReduce, shaders.CUDAReduceKernel}, {&b.fnAdd, shaders.CUDAAddKernel}} {
 		if err := d.check("cuModuleGetFunction("+f.name+")", d.cuModuleGetFunction(f.fn, b.mod, f.name)); err != nil {
+			return nil, err
+		}
+	}
+	if b.smemOptin > 0 {
+		if err := d.check("cuFuncSetAttribute(max dynamic shared memory)", d.cuFuncSetAttribute(b.fnRows, funcAttrMaxDynSmem, b.smemOptin-smemReserve)); err != nil {
 			return nil, err
 		}
 	}

@@ -20,6 +20,8 @@ const (
 	attrMultiprocessorCount = 16
 	attrComputeCapMajor     = 75
 	attrComputeCapMinor     = 76
+	attrMaxSmemOptin        = 97 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+	funcAttrMaxDynSmem      = 8  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 )
 
 const (
@@ -60,6 +62,7 @@ type driverAPI struct {
 	cuEventSynchronize       func(e uintptr) cuResult
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) cuResult
 	cuEventDestroy           func(e uintptr) cuResult
+	cuFuncSetAttribute       func(fn uintptr, attr int32, v int32) cuResult
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) cuResult
 	cuGetErrorName           func(r cuResult, s *unsafe.Pointer) cuResult
 }
@@ -119,6 +122,7 @@ func loadDriver() (*driverAPI, error) {
 		elapsed:                        &d.cuEventElapsedTime,
 		"cuEventDestroy_v2":            &d.cuEventDestroy,
 		"cuLaunchKernel":               &d.cuLaunchKernel,
+		"cuFuncSetAttribute":           &d.cuFuncSetAttribute,
 		"cuGetErrorName":               &d.cuGetErrorName,
 	})
 	if err != nil {

@@ -18,7 +18,8 @@ type jobEntry struct {
 	flags                     int32
 	eps                       float32
 	start, rstart             int32
-	_, _                      int32
+	stages                    int32
+	_                         int32
 }
 
 const jobEntrySize = int(unsafe.Sizeof(jobEntry{}))
@@ -38,6 +39,7 @@ type launchArgs struct {
 type phaseLaunch struct {
 	table, bmapRows, bmapRed int // byte offsets into the job table
 	rowBlocks, redBlocks     int
+	smem                     int // dynamic shared memory of the rows launch
 }
 
 // Stats is what the last Execute measured with device events.
@@ -68,10 +70,43 @@ func (b *Backend) own(buf compute.Buffer) (*buffer, error) {
 	return x, nil
 }
 
-// gmax is the most groups one job is split into: two resident blocks per
-// multiprocessor (RMSGRAD_CUDA_BLOCKS_PER_SM at Open, for benchmarking
-// variants), so a large job is one wave of persistent blocks.
-func (b *Backend) gmax() int { return b.perSM * max(b.sms, 1) }
+// smemReserve is shared memory per block left to the system and the
+// kernel's static arrays.
+const smemReserve = 1024
+
+// geometry picks, for a job of rows x dim, the rows per group and the group
+// count (persistent blocks: at most one wave of resident blocks) and the
+// shared-memory row slots of rows_smem (0 for the register path). Dims that
+// are a multiple of 4 and at most 8192 take rows_smem: two blocks per SM
+// with three or four row slots each when three rows fit in half the shared
+// memory (dim <= 4096 on an H200), else one block per SM with up to four.
+// The result depends only on rows, dim and the device, so the dw summation
+// order does too. RMSGRAD_CUDA_BLOCKS_PER_SM and RMSGRAD_CUDA_STAGES (read
+// at Open) override it for benchmark variants.
+func (b *Backend) geometry(rows, dim int) (rg, g, stages int) {
+	sms := max(b.sms, 1)
+	perBlock := func(blocks int) int { return (int(b.smemOptin)+smemReserve)/blocks - 2*smemReserve }
+	perSM := 2
+	nch := (dim + 3) / 4
+	rowBytes := 8 * dim
+	smem := dim%4 == 0 && nch <= rowsThreads*8 && b.maxStages > 0 && b.smemOptin > 0
+	if smem {
+		if 3*rowBytes > perBlock(2) {
+			perSM = 1
+		}
+	}
+	if b.perSM > 0 {
+		perSM = b.perSM
+	}
+	rg, g = groups(rows, perSM*sms)
+	if smem {
+		stages = min(b.maxStages, perBlock(perSM)/rowBytes, rg)
+		if stages < 1 {
+			stages = 0
+		}
+	}
+	return rg, g, stages
+}
 
 // Execute runs ops on the backend's stream: uploads of every input no earlier
 // op writes (from the buffers' pinned host memory), the job table, then for
@@ -94,7 +129,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 	if b.closed {
 		return 0, fmt.Errorf("cuda: Execute after Close: %w", compute.ErrDevice)
 	}
-	p, err := planOps(ops, b.gmax(), b.own)
+	p, err := planOps(ops, b.geometry, b.own)
 	if err != nil {
 		return 0, err
 	}
@@ -117,6 +152,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 		for i := range ph {
 			e := &ph[i]
 			l.rowBlocks += e.g
+			l.smem = max(l.smem, e.smemBytes())
 			l.redBlocks += e.redBlocks()
 			if e.dw != nil {
 				ps = align(ps + 4*e.g*e.dim)
@@ -167,6 +203,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 				x: dev(e.x), w: dev(e.w), dy: dev(e.dy), r: dev(e.r), dx: dev(e.dx), dw: dev(e.dw),
 				rows: int32(e.rows), dim: int32(e.dim), rg: int32(e.rg), g: int32(e.g),
 				flags: e.flags(), eps: e.eps, start: int32(start), rstart: int32(rstart),
+				stages: int32(e.stages),
 			}
 			if e.dw != nil {
 				je.part = b.scratch.dptr + uint64(part)
@@ -206,10 +243,10 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 		return 0, err
 	}
 	for _, l := range launches {
-		if err := b.launch(b.fnRows, shaders.CUDARowsKernel, l.rowBlocks, l.table, l.bmapRows); err != nil {
+		if err := b.launch(b.fnRows, shaders.CUDARowsKernel, l.rowBlocks, l.smem, l.table, l.bmapRows); err != nil {
 			return 0, err
 		}
-		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, l.redBlocks, l.table, l.bmapRed); err != nil {
+		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, l.redBlocks, 0, l.table, l.bmapRed); err != nil {
 			return 0, err
 		}
 	}
@@ -243,9 +280,10 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 	return st.Total, nil
 }
 
-// launch runs fn over blocks blocks of rowsThreads threads with the job
-// table at byte offset table and the block map at bmap; no-op for 0 blocks.
-func (b *Backend) launch(fn uintptr, name string, blocks, table, bmap int) error {
+// launch runs fn over blocks blocks of rowsThreads threads with smem bytes of
+// dynamic shared memory, the job table at byte offset table and the block
+// map at bmap; no-op for 0 blocks.
+func (b *Backend) launch(fn uintptr, name string, blocks, smem, table, bmap int) error {
 	if blocks == 0 {
 		return nil
 	}
@@ -253,7 +291,7 @@ func (b *Backend) launch(fn uintptr, name string, blocks, table, bmap int) error
 	a.table = b.table.dptr + uint64(table)
 	a.bmap = b.table.dptr + uint64(bmap)
 	a.two = [2]unsafe.Pointer{unsafe.Pointer(&a.table), unsafe.Pointer(&a.bmap)}
-	r := b.d.cuLaunchKernel(fn, uint32(blocks), 1, 1, rowsThreads, 1, 1, 0, b.stream, unsafe.Pointer(&a.two[0]), nil)
+	r := b.d.cuLaunchKernel(fn, uint32(blocks), 1, 1, rowsThreads, 1, 1, uint32(smem), b.stream, unsafe.Pointer(&a.two[0]), nil)
 	if err := b.d.check("cuLaunchKernel("+name+")", r); err != nil {
 		return fmt.Errorf("cuda: launching %s over %d blocks: %w", name, blocks, err)
 	}

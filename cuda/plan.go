@@ -29,7 +29,16 @@ type entry struct {
 	rows, dim           int
 	eps                 float32
 	rg, g               int // rows per group, groups (= blocks of the rows kernel)
+	stages              int // shared-memory row slots (rows_smem); 0: registers
 }
+
+// smemBytes is the dynamic shared memory the entry's blocks use.
+func (e *entry) smemBytes() int { return e.stages * 8 * e.dim }
+
+// geomFunc gives a job's rows per group, group count and shared-memory row
+// slots. It must depend only on rows, dim and the device, so the dw
+// summation order is fixed per shape.
+type geomFunc func(rows, dim int) (rg, g, stages int)
 
 func (e *entry) flags() int32 {
 	var f int32
@@ -76,9 +85,9 @@ func groups(rows, gmax int) (rg, g int) {
 }
 
 // planOps turns validated ops into an execPlan. own maps a compute.Buffer to
-// this backend's *buffer (an error for a foreign or released one). gmax is
-// the most groups (blocks) one job's rows are split into.
-func planOps(ops []compute.Op, gmax int, own func(compute.Buffer) (*buffer, error)) (*execPlan, error) {
+// this backend's *buffer (an error for a foreign or released one); geom
+// splits each job's rows into groups (blocks).
+func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer, error)) (*execPlan, error) {
 	var phases [][]compute.Op
 	start := 0
 	for i := range ops {
@@ -191,7 +200,7 @@ func planOps(ops []compute.Op, gmax int, own func(compute.Buffer) (*buffer, erro
 							e.dy, e.dw = get(d.DY), get(d.DW)
 							consumed[k+1][dwi] = true
 						}
-						e.rg, e.g = groups(e.rows, gmax)
+						e.rg, e.g, e.stages = geom(e.rows, e.dim)
 						p.phases[k+1] = append(p.phases[k+1], e)
 						continue
 					}
@@ -201,7 +210,7 @@ func planOps(ops []compute.Op, gmax int, own func(compute.Buffer) (*buffer, erro
 			case compute.OpDW:
 				e.dy, e.r, e.dw = get(o.DY), get(o.R), get(o.DW)
 			}
-			e.rg, e.g = groups(e.rows, gmax)
+			e.rg, e.g, e.stages = geom(e.rows, e.dim)
 			p.phases[k] = append(p.phases[k], e)
 		}
 	}

@@ -85,7 +85,7 @@ func TestPlanFusesBatch(t *testing.T) {
 		}
 		return nil
 	})
-	p, err := planOps(ops, 264, ownAny)
+	p, err := planOps(ops, fixedGeom(264), ownAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestPlanNoFusionWhenRShared(t *testing.T) {
 		}
 		return cb.DX(b.x, b.w, b.dy, a.r, b.dx, compute.DXParams(32), 4, 32)
 	})
-	p, err := planOps(ops, 264, ownAny)
+	p, err := planOps(ops, fixedGeom(264), ownAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestPlanUploadsForeignR(t *testing.T) {
 	ops := record(t, f, func(cb *compute.CommandBuffer) error {
 		return cb.DW(a.x, a.dy, a.r, a.dw, compute.DWParams(8, 2), 2, 8)
 	})
-	p, err := planOps(ops, 264, ownAny)
+	p, err := planOps(ops, fixedGeom(264), ownAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestPlanRejectsForeignBuffer(t *testing.T) {
 		return cb.RMSInv(a.x, a.r, compute.RMSInvParams(1e-6, 8), 2, 8)
 	})
 	bad := errors.New("foreign")
-	_, err := planOps(ops, 264, func(compute.Buffer) (*buffer, error) { return nil, bad })
+	_, err := planOps(ops, fixedGeom(264), func(compute.Buffer) (*buffer, error) { return nil, bad })
 	if !errors.Is(err, bad) {
 		t.Fatalf("planOps with a foreign buffer: %v", err)
 	}
@@ -202,6 +202,34 @@ func TestGroups(t *testing.T) {
 		rg, g := groups(c.rows, c.gmax)
 		if rg != c.rg || g != c.g {
 			t.Errorf("groups(%d, %d) = %d, %d; want %d, %d", c.rows, c.gmax, rg, g, c.rg, c.g)
+		}
+	}
+}
+
+// fixedGeom splits rows into at most gmax groups and uses the register path.
+func fixedGeom(gmax int) geomFunc {
+	return func(rows, _ int) (int, int, int) {
+		rg, g := groups(rows, gmax)
+		return rg, g, 0
+	}
+}
+
+// The geometry of an H200 (132 SMs, 227 KiB of shared memory per block):
+// two blocks per SM and three row slots up to dim 4096, one block per SM
+// with more slots above, registers for dims not a multiple of 4 or > 8192.
+func TestGeometry(t *testing.T) {
+	b := &Backend{sms: 132, smemOptin: 232448, maxStages: 4}
+	for _, c := range []struct{ rows, dim, rg, g, stages int }{
+		{16384, 4096, 63, 261, 3}, {32768, 8192, 249, 132, 3}, {4096, 4096, 16, 256, 3},
+		{16384, 5120, 125, 132, 4}, {1000, 257, 4, 250, 0}, {8, 1024, 1, 8, 1}, {100000, 1024, 379, 264, 4},
+		{64, 16384, 1, 64, 0}, {7, 4097, 1, 7, 0},
+	} {
+		rg, g, st := b.geometry(c.rows, c.dim)
+		if rg != c.rg || g != c.g || st != c.stages {
+			t.Errorf("geometry(%d, %d) = %d, %d, %d; want %d, %d, %d", c.rows, c.dim, rg, g, st, c.rg, c.g, c.stages)
+		}
+		if st*8*c.dim > int(b.smemOptin)-smemReserve {
+			t.Errorf("geometry(%d, %d): %d slots need more shared memory than a block has", c.rows, c.dim, st)
 		}
 	}
 }

@@ -35,10 +35,12 @@ if has bench; then
 fi
 
 if has variants; then
-	# VARIANTS: ";"-separated "BLOCKS_PER_SM|NVRTC options" pairs.
-	IFS=';' read -ra vs <<<"${VARIANTS:-2|-DRMS_PF_KMAX=0;3|-DRMS_MIN_BLOCKS=3;1|-DRMS_MIN_BLOCKS=1 -DRMS_PF_KMAX=8}"
+	# VARIANTS: ";"-separated sets of environment assignments (geometry and
+	# NVRTC knobs of the cuda backend) to compare with the default.
+	IFS=';' read -ra vs <<<"${VARIANTS:-RMSGRAD_CUDA_STAGES=0;RMSGRAD_CUDA_STAGES=2;RMSGRAD_CUDA_BLOCKS_PER_SM=1}"
 	for v in "${vs[@]}"; do
-		RMSGRAD_CUDA_BLOCKS_PER_SM="${v%%|*}" RMSGRAD_CUDA_NVRTC_OPTS="${v#*|}" RMSGRAD_CUDA_SHAPES=${VSHAPES:-16384x4096,32768x8192,4096x4096} \
+		# shellcheck disable=SC2086
+		env $v RMSGRAD_CUDA_SHAPES=${VSHAPES:-16384x4096,32768x8192,4096x4096,16384x5120} \
 			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_BENCH=/tmp/variant.json timeout 100 bin/cuda.test -test.run '^TestBenchTable$' -test.v 2>&1 |
 			grep -E 'ours|jobs|FAIL|Error' | sed "s/^/[$v] /" >>"$out/variants.log"
 	done

@@ -71,7 +71,8 @@ struct Job {
 	float eps;
 	int start;  // first block of this job in the rows launch
 	int rstart; // first block of this job in the reduce launch
-	int pad0, pad1;
+	int stages; // shared-memory row slots (rows_smem); 0: registers path
+	int pad;
 };
 
 __device__ __forceinline__ void load4(const float* __restrict__ p, int e, int dim, bool vec, float v[4]) {
@@ -110,6 +111,40 @@ __device__ __forceinline__ void store4(float* p, int e, int dim, bool vec, const
 			if (e + q < dim) p[e + q] = v[q];
 	}
 }
+
+// 16-byte asynchronous copies global -> shared (sm_80+), each thread
+// copying, waiting for and reading only its own chunks, so no barrier is
+// needed between the copy and the read. RMS_EMU (the CPU test harness)
+// copies synchronously.
+#ifdef RMS_EMU
+__device__ __forceinline__ void cp_async16(float* s, const float* g) { *(float4*)s = *(const float4*)g; }
+__device__ __forceinline__ void cp_async_commit() {}
+__device__ __forceinline__ void cp_async_wait(int) {}
+#else
+extern __shared__ float4 rms_dyn[];
+__device__ __forceinline__ void cp_async16(float* s, const float* g) {
+	unsigned a;
+	asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(s));
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most n of this thread's groups are pending (n in 0..3).
+__device__ __forceinline__ void cp_async_wait(int n) {
+	switch (n) {
+	case 0:
+		asm volatile("cp.async.wait_group 0;" ::: "memory");
+		break;
+	case 1:
+		asm volatile("cp.async.wait_group 1;" ::: "memory");
+		break;
+	case 2:
+		asm volatile("cp.async.wait_group 2;" ::: "memory");
+		break;
+	default:
+		asm volatile("cp.async.wait_group 3;" ::: "memory");
+	}
+}
+#endif
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -270,6 +305,112 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
 	}
 }
 
+// The rows of one group for dims that are a multiple of 4, up to RMS_KMAX
+// chunks per thread: a ring of J.stages row slots (x and dy) in shared
+// memory filled by asynchronous copies, so stages-1 rows stay in flight
+// while the current one is reduced and written. The arithmetic is that of
+// rows_regs, chunk by chunk in the same order, so the bits are the same.
+template <int K>
+__device__ void rows_smem(const Job& J, int grp, float (*red)[2][RMS_WARPS], float* sm) {
+	const int dim = J.dim;
+	const int nch = dim >> 2;
+	const bool doR = (J.flags & F_COMPUTE_R) != 0;
+	const bool doDX = (J.flags & F_DX) != 0;
+	const bool doDW = (J.flags & F_DW) != 0;
+	const bool needDY = doDX || doDW;
+	const int t = threadIdx.x;
+	const int S = J.stages;
+	const int b0 = grp * J.rg;
+	const int b1 = min(b0 + J.rg, J.rows);
+
+	float dwacc[K][4];
+#pragma unroll
+	for (int k = 0; k < K; k++)
+#pragma unroll
+		for (int q = 0; q < 4; q++) dwacc[k][q] = 0.0f;
+
+	// Slot i holds x at sm + i*2*dim and dy right after it. Every thread
+	// commits one group per issue (empty past the last row) so the wait
+	// count is the same for all rows.
+	auto issue = [&](int b) {
+		if (b < b1) {
+			float* sx = sm + (size_t)((b - b0) % S) * 2 * dim;
+			const float* xr = J.x + (size_t)b * dim;
+			const float* dyr = J.dy + (size_t)b * dim;
+#pragma unroll
+			for (int k = 0; k < K; k++) {
+				const int c = t + k * RMS_THREADS;
+				if (c < nch) {
+					cp_async16(sx + c * 4, xr + c * 4);
+					if (needDY) cp_async16(sx + dim + c * 4, dyr + c * 4);
+				}
+			}
+		}
+		cp_async_commit();
+	};
+	for (int i = 0; i < S - 1; i++) issue(b0 + i);
+	for (int b = b0; b < b1; b++) {
+		issue(b + S - 1); // into the slot row b-1 used
+		cp_async_wait(S - 1);
+		const float* sx = sm + (size_t)((b - b0) % S) * 2 * dim;
+		const float* sd = sx + dim;
+		float ss = 0.0f, s = 0.0f;
+		if (doR || doDX) {
+#pragma unroll
+			for (int k = 0; k < K; k++) {
+				const int c = t + k * RMS_THREADS;
+				if (c < nch) {
+					float xv[4], dv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+					load4rw(sx, c * 4, dim, true, xv);
+					if (doDX) {
+						load4rw(sd, c * 4, dim, true, dv);
+						load4(J.w, c * 4, dim, true, wv);
+					}
+					accum(xv, dv, wv, c * 4, dim, doR, doDX, ss, s);
+				}
+			}
+			block_sum2(ss, s, red, b & 1);
+		}
+		float r = 0.0f, cc = 0.0f;
+		if (doR) {
+			r = rms_inv(ss, dim, J.eps);
+			if ((J.flags & F_WRITE_R) && t == 0) J.r[b] = r;
+		} else if (needDY) {
+			r = J.r[b];
+		}
+		if (!needDY) continue;
+		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			const int c = t + k * RMS_THREADS;
+			if (c < nch) {
+				float xv[4], dv[4];
+				load4rw(sx, c * 4, dim, true, xv);
+				load4rw(sd, c * 4, dim, true, dv);
+				if (doDX) {
+					float wv[4], o[4];
+					load4(J.w, c * 4, dim, true, wv);
+					dx4(xv, dv, wv, r, cc, o);
+					store4(J.dx + (size_t)b * dim, c * 4, dim, true, o);
+				}
+				if (doDW) {
+#pragma unroll
+					for (int q = 0; q < 4; q++) dwacc[k][q] = __fmaf_rn(__fmul_rn(dv[q], xv[q]), r, dwacc[k][q]);
+				}
+			}
+		}
+	}
+	cp_async_wait(0);
+	if (doDW) {
+		float* part = J.part + (size_t)grp * dim;
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			const int c = t + k * RMS_THREADS;
+			if (c < nch) store4(part, c * 4, dim, true, dwacc[k]);
+		}
+	}
+}
+
 // The rows of one group for dims over RMS_KMAX chunks per thread: the same
 // arithmetic, re-reading x and dy, the dw accumulator living in the group's
 // partial row (only this thread touches these columns of this group).
@@ -344,6 +485,25 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 	const int grp = blockIdx.x - J.start;
 	const int nch = (J.dim + 3) >> 2;
 	const int K = (nch + RMS_THREADS - 1) / RMS_THREADS;
+	if (J.stages > 0) {
+		// dim % 4 == 0 and K <= RMS_KMAX (the host sets stages only then).
+		float* sm = reinterpret_cast<float*>(rms_dyn);
+		switch (K) {
+		case 1:
+			rows_smem<1>(J, grp, red, sm);
+			break;
+		case 2:
+			rows_smem<2>(J, grp, red, sm);
+			break;
+		case 3:
+		case 4:
+			rows_smem<4>(J, grp, red, sm);
+			break;
+		default:
+			rows_smem<8>(J, grp, red, sm);
+		}
+		return;
+	}
 	switch (K) {
 	case 1:
 		rows_regs<1, (1 <= RMS_PF_KMAX)>(J, grp, red);
