@@ -13,6 +13,7 @@ import (
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
+	"github.com/rmsgrad/rmsgrad/cuda"
 	"github.com/rmsgrad/rmsgrad/shaders/mslcpu"
 )
 
@@ -42,7 +43,6 @@ type opener struct {
 // backendOpeners lists every backend rmsgrad knows. A backend whose package
 // is not in this tree (or not built for this OS) reports why, so the table
 // always shows the whole list.
-// TODO(lead): wire cuda here when its backend lands.
 var backendOpeners = []opener{
 	{name: "cpu", open: func(context.Context, string) (compute.Backend, error) { return cpu.Open() }},
 	{name: mslcpu.Name, open: func(ctx context.Context, dir string) (compute.Backend, error) {
@@ -63,7 +63,11 @@ var backendOpeners = []opener{
 		return nil, fmt.Errorf("not present: the metal package is not wired into bench yet: %w", compute.ErrUnsupported)
 	}},
 	{name: "cuda", open: func(context.Context, string) (compute.Backend, error) {
-		return nil, fmt.Errorf("not present: the cuda backend is not in this tree yet: %w", compute.ErrUnsupported)
+		be, err := cuda.Open()
+		if err != nil {
+			return nil, fmt.Errorf("not present: %w", err)
+		}
+		return be, nil
 	}},
 }
 

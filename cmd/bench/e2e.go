@@ -201,7 +201,7 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 	if err != nil {
 		return rows, notes, err
 	}
-	rows = append(rows, row{Section: "e2e", What: "small, in process (same wiring, pprof on)",
+	rows = append(rows, row{Section: "e2e", What: small.Name + ", in process (same wiring, pprof on)",
 		Figure:  prof.figure() + fmt.Sprintf(", %.0f allocs/job, %.0f KiB allocated/job", prof.AllocsPerJob, prof.BytesPerJob/1024),
 		Ceiling: "(bin/worker row above)"})
 	ov, err := analyzeCPUProfile(prof.CPUProfile, prof.Jobs)
@@ -209,7 +209,7 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 		return rows, notes, err
 	}
 	us := ov.OverheadPerJob()
-	r := row{Section: "e2e", What: "small: worker overhead per job (pprof: all samples minus network and compute)",
+	r := row{Section: "e2e", What: small.Name + ": worker overhead per job (pprof: all samples minus network and compute)",
 		Figure: fmt.Sprintf("%.0f us (of %.0f us sampled/job: %s)", us, ov.TotalPerJob(), ov.Breakdown()), Ceiling: "target < 100 us"}
 	if us < 100 {
 		r.Target = "< 100 us: met"
@@ -487,8 +487,8 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 		if err := os.MkdirAll(profDir, 0o755); err != nil {
 			return res, err
 		}
-		res.CPUProfile = filepath.Join(profDir, "worker-small.cpu.prof")
-		res.AllocProfile = filepath.Join(profDir, "worker-small.allocs.prof")
+		res.CPUProfile = filepath.Join(profDir, "worker-"+s.Name+".cpu.prof")
+		res.AllocProfile = filepath.Join(profDir, "worker-"+s.Name+".allocs.prof")
 		runtime.GC() // the allocation profile then holds this run's allocations mostly
 	}
 	mux := asynq.NewServeMux()

@@ -22,6 +22,7 @@ type options struct {
 	queueTasks  int
 	only        string
 	repeat      int
+	profShape   string
 	timeout     time.Duration
 }
 
@@ -34,6 +35,7 @@ func main() {
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every job and object count")
 	flag.IntVar(&o.queueTasks, "queue-tasks", 20000, "tasks for the queue ceiling (before -scale)")
 	flag.IntVar(&o.repeat, "repeat", 2, "runs of the small end-to-end load with default batching and with max_jobs=1 (alternating; rows give medians)")
+	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
 	flag.Parse()
@@ -82,10 +84,13 @@ func run(ctx context.Context, o options) error {
 	rep.Config = fmt.Sprintf("concurrency %d, scale %g", o.concurrency, o.scale)
 
 	// Job counts per class: object counts for storage, jobs for compute and
-	// end to end. The large class moves 64 MiB per tensor, so it runs few.
+	// end to end. The large class moves 64 MiB per tensor, so it runs few,
+	// but more than the worker holds at once (its 2 GiB budget fits ten):
+	// the first jobs allocate their buffers, the later ones find them in
+	// the backend's pool, as in a worker that has been running a while.
 	small := shape{Name: "small", Rows: 8, Dim: 1024, Jobs: o.scaled(2000)}
 	medium := shape{Name: "medium", Rows: 64, Dim: 4096, Jobs: o.scaled(200)}
-	large := shape{Name: "large", Rows: 4096, Dim: 4096, Jobs: o.scaled(6)}
+	large := shape{Name: "large", Rows: 4096, Dim: 4096, Jobs: o.scaled(24)}
 	shapes := []shape{small, medium, large}
 
 	e, err := startEnv(ctx)
@@ -161,7 +166,13 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		rows, notes, err := benchProfile(ctx, e, o, rs, "", small)
+		ps := small
+		for _, s := range shapes {
+			if s.Name == o.profShape {
+				ps = s
+			}
+		}
+		rows, notes, err := benchProfile(ctx, e, o, rs, "", ps)
 		if err != nil {
 			return err
 		}
