@@ -36,6 +36,8 @@ type TensorInfo struct {
 	ETag   string // the object version the header came from; Fetch pins its read to it
 	// ObjectSize is the size of the whole object (0 when unknown).
 	ObjectSize int64
+
+	inline []byte // the tensor's bytes when Head's read of the object's start held them
 }
 
 // OutTensor is one tensor to write: Data holds prod(Shape) little-endian
@@ -133,7 +135,7 @@ func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
 	if err != nil {
 		return TensorInfo{}, err
 	}
-	h, etag, err := r.header(ctx, s, ref)
+	h, etag, prefix, err := r.header(ctx, s, ref)
 	if err != nil {
 		return TensorInfo{}, wrap("head", ref, err)
 	}
@@ -155,8 +157,14 @@ func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
 		return TensorInfo{}, &Error{Op: "head", URI: ref.String(), Tensor: e.Name,
 			Err: errorf(ErrDType, "dtype %s (supported: %s)", e.DType, strings.Join(SupportedDTypes, ", "))}
 	}
-	return TensorInfo{Ref: ref, DType: e.DType, Shape: append([]int(nil), e.Shape...),
-		Offset: h.DataStart + e.Begin, Size: e.Size(), ETag: etag, ObjectSize: h.Size}, nil
+	t := TensorInfo{Ref: ref, DType: e.DType, Shape: append([]int(nil), e.Shape...),
+		Offset: h.DataStart + e.Begin, Size: e.Size(), ETag: etag, ObjectSize: h.Size}
+	if t.Offset+t.Size <= int64(len(prefix)) {
+		// The header read already holds this (small) tensor: Fetch copies it
+		// instead of making a second request for a few KiB.
+		t.inline = prefix[t.Offset : t.Offset+t.Size : t.Offset+t.Size]
+	}
+	return t, nil
 }
 
 func supported(dtype string) bool {
@@ -168,25 +176,49 @@ func supported(dtype string) bool {
 	return false
 }
 
-func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Header, string, error) {
-	info, err := s.Stat(ctx, ref)
-	if err != nil {
-		return nil, "", err
-	}
+// header returns the object's parsed header and version, and the prefix of
+// the object it read on the way (nil when the header came from the cache
+// after a Stat).
+func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Header, string, []byte, error) {
 	key := ref.Object().String()
-	if h := r.cache.get(key, info); h != nil {
-		return h, info.ETag, nil
+	var info ObjectInfo
+	var probe []byte
+	if pr, ok := s.(PrefixReader); ok {
+		// One request for size, version and the first 64 KiB: the whole
+		// object when it is small.
+		probe = make([]byte, headProbe)
+		n, i, err := pr.ReadPrefix(ctx, ref, probe)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		info, probe = i, probe[:n]
+		if h := r.cache.get(key, info); h != nil {
+			return h, info.ETag, probe, nil
+		}
+	} else {
+		var err error
+		if info, err = s.Stat(ctx, ref); err != nil {
+			return nil, "", nil, err
+		}
+		if h := r.cache.get(key, info); h != nil {
+			return h, info.ETag, nil, nil
+		}
 	}
 	if info.Size < safetensors.PrefixSize {
-		return nil, "", errorf(ErrFormat, "object of %d bytes is shorter than the 8-byte header length prefix", info.Size)
+		return nil, "", nil, errorf(ErrFormat, "object of %d bytes is shorter than the 8-byte header length prefix", info.Size)
 	}
-	probe := make([]byte, min(info.Size, headProbe))
-	if err := s.ReadAt(ctx, ref, info.ETag, probe, 0); err != nil {
-		return nil, "", err
+	if probe == nil {
+		probe = make([]byte, min(info.Size, headProbe))
+		if err := s.ReadAt(ctx, ref, info.ETag, probe, 0); err != nil {
+			return nil, "", nil, err
+		}
+	}
+	if int64(len(probe)) != min(info.Size, headProbe) {
+		return nil, "", nil, errorf(ErrShortRead, "read %d bytes of the object's start, want %d", len(probe), min(info.Size, headProbe))
 	}
 	n, err := safetensors.HeaderLength(probe, info.Size)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	hdr := probe[safetensors.PrefixSize:]
 	if int64(len(hdr)) >= n {
@@ -197,21 +229,23 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 		full := make([]byte, n)
 		copy(full, hdr)
 		if err := s.ReadAt(ctx, ref, info.ETag, full[len(hdr):], safetensors.PrefixSize+int64(len(hdr))); err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		hdr = full
 	}
 	h, err := safetensors.ParseHeader(hdr, info.Size)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	r.cache.put(key, info, h)
-	return h, info.ETag, nil
+	return h, info.ETag, probe, nil
 }
 
 // Fetch reads tensor t (from Head) straight into dst, which must be exactly
 // t.Size bytes: one range read, no intermediate copy. The read is pinned to
-// the object version Head saw (ErrChanged if it was replaced since).
+// the object version Head saw (ErrChanged if it was replaced since). A
+// tensor that Head's read of the object's first 64 KiB already held (a
+// small object) is copied from there without a request.
 func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
 	_, s, err := r.route("fetch", t.Ref.String(), false)
 	if err != nil {
@@ -222,6 +256,10 @@ func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
 			Err: fmt.Errorf("destination buffer is %d bytes, the tensor is %d", len(dst), t.Size)}
 	}
 	if t.Size == 0 {
+		return nil
+	}
+	if int64(len(t.inline)) == t.Size {
+		copy(dst, t.inline)
 		return nil
 	}
 	if sr, ok := s.(SizedReader); ok && t.ObjectSize > 0 {

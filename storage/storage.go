@@ -71,6 +71,16 @@ type SizedReader interface {
 	ReadAtSized(ctx context.Context, ref Ref, etag string, p []byte, off, objectSize int64) error
 }
 
+// PrefixReader is an optional Store method that Router.Head uses when a
+// store has it, instead of Stat then ReadAt: ReadPrefix fills p with the
+// object's first bytes (all of them when it is shorter) and returns how many,
+// with the object's size and version, in one request. For a small object
+// that one request also brings the tensor, so Head+Fetch costs one round
+// trip instead of three.
+type PrefixReader interface {
+	ReadPrefix(ctx context.Context, ref Ref, p []byte) (int, ObjectInfo, error)
+}
+
 // ParseRef parses a tensor URI: s3://bucket/key#name or
 // file:///abs/path#name. The #name fragment is optional. It rejects empty
 // parts, "." and ".." segments, empty segments, query strings, user info,

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -338,6 +339,61 @@ func (s *Store) whyNotFound(ctx context.Context, ref storage.Ref, headErr error)
 	}
 	return headErr
 }
+
+// ReadPrefix reads the object's first len(p) bytes (fewer when it is
+// shorter) with one range GET, and takes the object's size from the
+// Content-Range header and its version from the ETag: Router.Head needs no
+// HEAD request, and a small object's tensors arrive with its header.
+func (s *Store) ReadPrefix(ctx context.Context, ref storage.Ref, p []byte) (int, storage.ObjectInfo, error) {
+	var n int
+	var info storage.ObjectInfo
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var opts minio.GetObjectOptions
+		if err := opts.SetRange(0, int64(len(p))-1); err != nil {
+			return err
+		}
+		actx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		watchdog := time.AfterFunc(s.stall, func() { cancel(errStalled) })
+		defer watchdog.Stop()
+		body, oi, hdr, err := s.rcore.GetObject(actx, ref.Bucket, ref.Key, opts)
+		if err != nil {
+			err = s.attemptErr(ctx, actx, err, "GET")
+			if errors.Is(err, storage.ErrShortRead) {
+				// 416: a range of an empty object. Stat says so.
+				i, serr := s.Stat(ctx, ref)
+				n, info = 0, i
+				return serr
+			}
+			return err
+		}
+		defer body.Close()
+		total := oi.Size
+		if cr := hdr.Get("Content-Range"); cr != "" {
+			_, t, ok := strings.Cut(cr, "/")
+			if total, err = strconv.ParseInt(t, 10, 64); !ok || err != nil {
+				return storage.Errorf(storage.ErrRejected, "GET of the object's start: malformed Content-Range %q", cr)
+			}
+		}
+		want := min(int64(len(p)), total)
+		if oi.Size < want {
+			return storage.Errorf(storage.ErrShortRead, "GET of the object's start returned %d bytes, want %d", oi.Size, want)
+		}
+		got, err := io.ReadFull(body, p[:want])
+		if err != nil {
+			c := s.attemptErr(ctx, actx, err, "GET body")
+			if retryable(c) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, got, want, c)}
+			}
+			return c
+		}
+		n, info = got, storage.ObjectInfo{Size: total, ETag: oi.ETag}
+		return nil
+	})
+	return n, info, err
+}
+
+var _ storage.PrefixReader = (*Store)(nil)
 
 // errStalled is the cause of an attempt that StallTimeout aborted.
 var errStalled = errors.New("stalled")

@@ -268,15 +268,21 @@ func testNotFound(t *testing.T, f Fixture) {
 
 // testPinnedVersion: a Fetch pinned by Head to one version fails with a
 // transient ErrChanged after the object is replaced, instead of mixing
-// versions.
+// versions; a tensor small enough to come with Head's read of the object's
+// start is Head's version, whole.
 func testPinnedVersion(t *testing.T, f Fixture) {
 	ctx := context.Background()
 	r := router(f)
 	uri := f.Base + "pin/obj.safetensors"
-	if _, err := r.Write(ctx, uri, []storage.OutTensor{f32("x", 32, 32, 1)}, nil); err != nil {
+	const rows, cols = 256, 128 // 128 KiB: more than Head reads
+	if _, err := r.Write(ctx, uri, []storage.OutTensor{f32("x", rows, cols, 1), f32("s", 4, 4, 3)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ti, err := r.Head(ctx, uri+"#x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := r.Head(ctx, uri+"#s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,20 +290,26 @@ func testPinnedVersion(t *testing.T, f Fixture) {
 		t.Fatal("Head returned no version tag")
 	}
 	// Same size, other bytes: only the version tag can tell.
-	if _, err := r.Write(ctx, uri, []storage.OutTensor{f32("x", 32, 32, 2)}, nil); err != nil {
+	if _, err := r.Write(ctx, uri, []storage.OutTensor{f32("x", rows, cols, 2), f32("s", 4, 4, 4)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	err = r.Fetch(ctx, ti, make([]byte, ti.Size))
 	if !errors.Is(err, storage.ErrChanged) || storage.Permanent(err) {
 		t.Errorf("Fetch pinned to a replaced version = %v, want transient ErrChanged", err)
 	}
+	dst := make([]byte, small.Size)
+	if err := r.Fetch(ctx, small, dst); err == nil && !bytes.Equal(dst, f32Bytes(16, 3)) {
+		t.Errorf("Fetch of a small tensor after a replacement returned bytes of neither version Head saw")
+	} else if err != nil && !errors.Is(err, storage.ErrChanged) {
+		t.Errorf("Fetch of a small tensor after a replacement = %v, want Head's bytes or ErrChanged", err)
+	}
 	ti2, err := r.Head(ctx, uri+"#x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := make([]byte, ti2.Size)
-	if err := r.Fetch(ctx, ti2, dst); err != nil || !bytes.Equal(dst, f32Bytes(32*32, 2)) {
-		t.Errorf("Fetch after a new Head: %v (bytes equal %v)", err, bytes.Equal(dst, f32Bytes(32*32, 2)))
+	dst = make([]byte, ti2.Size)
+	if err := r.Fetch(ctx, ti2, dst); err != nil || !bytes.Equal(dst, f32Bytes(rows*cols, 2)) {
+		t.Errorf("Fetch after a new Head: %v (bytes equal %v)", err, bytes.Equal(dst, f32Bytes(rows*cols, 2)))
 	}
 }
 
