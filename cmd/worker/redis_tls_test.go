@@ -154,6 +154,10 @@ func TestWorkerConnections(t *testing.T) {
 		runOneJob(t, asynq.RedisClientOpt{Addr: rs.Addr, Username: "rmsgrad", Password: userPW}, r, j, w)
 		j.Out = strings.Replace(j.Out, "out.safetensors", "cli.safetensors", 1)
 		enqueueCLI(t, enq, cleanEnv("RMSGRAD_REDIS_USERNAME=rmsgrad", "RMSGRAD_REDIS_PASSWORD="+userPW), j, "--redis", rs.Addr, "--root", root)
+		// Queue depth (asynq.Inspector) works under the restricted user.
+		if _, m := w.get(t, "/metrics"); !strings.Contains(m, `rmsgrad_queue_tasks{queue="rmsnorm",state="completed"} 2`) {
+			t.Errorf("/metrics under the ACL user lacks the queue depth:\n%s", grepLines(m, "rmsgrad_queue_tasks"))
+		}
 		w.stop(t)
 		if out := w.out.String(); strings.Contains(out, "NOPERM") {
 			t.Errorf("the worker ran a command its ACL user may not:\n%s", out)
