@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -86,7 +87,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	// Each shape's inputs are staged once and read by every run of it;
 	// each run writes its own outputs.
 	staged := map[string]string{}
-	run := func(s shape, maxJobs int) (e2eResult, error) {
+	runBin := func(bin string, s shape, maxJobs int) (e2eResult, error) {
 		base, ok := staged[s.Name]
 		if !ok {
 			var err error
@@ -95,17 +96,25 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			}
 			staged[s.Name] = base
 		}
-		if worker != "" {
-			return runWorker(ctx, e, worker, base, s, maxJobs, o.concurrency)
+		if bin != "" {
+			return runWorker(ctx, e, bin, base, s, maxJobs, o.concurrency)
 		}
 		return runInProcess(ctx, e, base, s, maxJobs, o.concurrency, "")
+	}
+	run := func(s shape, maxJobs int) (e2eResult, error) { return runBin(worker, s, maxJobs) }
+	baseline := o.baseline
+	if baseline != "" {
+		if _, err := os.Stat(baseline); err != nil || worker == "" {
+			notes = append(notes, fmt.Sprintf("-baseline-worker %s not run: %v", baseline, err))
+			baseline = ""
+		}
 	}
 	var rows []row
 	small := shapes[0]
 	// The small load runs o.repeat times with the default batching and as
 	// often with max_jobs=1, alternating, so that a drift in the machine's
 	// load (shared cores) hits both alike; rows give the medians.
-	var defs, ones []e2eResult
+	var defs, ones, bases []e2eResult
 	for range max(1, o.repeat) {
 		r, err := run(small, 0)
 		if err != nil {
@@ -116,6 +125,12 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			return rows, notes, err
 		}
 		ones = append(ones, r)
+		if baseline != "" {
+			if r, err = runBin(baseline, small, 0); err != nil {
+				return rows, notes, err
+			}
+			bases = append(bases, r)
+		}
 	}
 	def, one := median(defs), median(ones)
 	for _, s := range shapes {
@@ -152,6 +167,14 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		fmt.Sprintf("%s vs %s", usList(defs), usList(ones)), "max_jobs=1 CPU/job",
 		float64(def.CPUPerJob), float64(one.CPUPerJob), 0))
 
+	if len(bases) > 0 {
+		b := median(bases)
+		rows = append(rows, ratioRow("before/after", fmt.Sprintf("small, baseline worker %s (median of %d)", baseline, len(bases)), b.figure(), "(baseline)", 0, 0, 0))
+		rows = append(rows, ratioRow("before/after", "small jobs/s: this tree / baseline", fmt.Sprintf("%.4g vs %.4g jobs/s", def.JobsPerS, b.JobsPerS),
+			"baseline jobs/s", def.JobsPerS, b.JobsPerS, 0))
+		rows = append(rows, ratioRow("before/after", "small CPU/job: this tree / baseline (lower is better)",
+			fmt.Sprintf("%s vs %s", usList(defs), usList(bases)), "baseline CPU/job", float64(def.CPUPerJob), float64(b.CPUPerJob), 0))
+	}
 	prows, pnotes, err := benchProfile(ctx, e, o, rs, staged[small.Name], small)
 	return append(rows, prows...), append(notes, pnotes...), err
 }
@@ -234,7 +257,7 @@ func stageInputs(ctx context.Context, rs routerStore, s shape) (string, error) {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	var next atomic.Int64
-	for range 16 {
+	for range min(16, max(1, (256<<20)/s.XBytes())) { // at most ~0.5 GiB of staging buffers
 		g.Go(func() error {
 			x := make([]float32, s.Rows*s.Dim)
 			for {
@@ -483,6 +506,10 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 		ms0          runtime.MemStats
 		finished     = make(chan struct{})
 	)
+	// Give the memory of earlier sections (staging, the large class) back
+	// now, or the runtime's background scavenger returns it during this
+	// run and its madvise calls are charged to the worker.
+	debug.FreeOSMemory()
 	if profDir != "" {
 		if err := os.MkdirAll(profDir, 0o755); err != nil {
 			return res, err

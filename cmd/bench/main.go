@@ -23,6 +23,7 @@ type options struct {
 	only        string
 	repeat      int
 	profShape   string
+	baseline    string
 	timeout     time.Duration
 }
 
@@ -35,6 +36,7 @@ func main() {
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every job and object count")
 	flag.IntVar(&o.queueTasks, "queue-tasks", 20000, "tasks for the queue ceiling (before -scale)")
 	flag.IntVar(&o.repeat, "repeat", 2, "runs of the small end-to-end load with default batching and with max_jobs=1 (alternating; rows give medians)")
+	flag.StringVar(&o.baseline, "baseline-worker", "", "another worker binary (e.g. built from an older commit) to run on the small load alternately with -worker, for a before/after in the same run")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
