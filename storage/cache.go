@@ -38,6 +38,19 @@ func (c *headerCache) get(key string, info ObjectInfo) *safetensors.Header {
 	return e.h
 }
 
+// size returns the size the object had when its header was cached: Head
+// uses it to pick between one GET of a small object and HEAD + cached
+// header for a large one.
+func (c *headerCache) size(key string) (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	return e.info.Size, ok
+}
+
 func (c *headerCache) put(key string, info ObjectInfo, h *safetensors.Header) {
 	if c == nil || info.ETag == "" {
 		return

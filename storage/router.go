@@ -53,9 +53,20 @@ type WriteResult struct {
 // Router sends each URI to the Store of its scheme. It is safe for
 // concurrent use once its stores are registered.
 type Router struct {
-	mu     sync.RWMutex
-	stores map[string]Store
-	cache  *headerCache
+	mu        sync.RWMutex
+	stores    map[string]Store
+	cache     *headerCache
+	maxHeader int64 // 0: the format's cap, safetensors.MaxHeaderSize
+}
+
+// WithMaxHeaderBytes caps the JSON header length Head accepts below the
+// format's own 100 MB (safetensors.MaxHeaderSize). Every header Head reads
+// is held in memory whole, outside any tensor budget, and kept in the
+// header cache, so a reader serving untrusted jobs should bound it: the
+// inputs of a job have headers of a few hundred bytes. n <= 0 keeps the
+// format's cap. Over the cap is ErrTooLarge.
+func WithMaxHeaderBytes(n int64) Option {
+	return func(r *Router) { r.maxHeader = n }
 }
 
 // Option configures a Router.
@@ -183,10 +194,18 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 	key := ref.Object().String()
 	var info ObjectInfo
 	var probe []byte
-	if pr, ok := s.(PrefixReader); ok {
-		// One request for size, version and the first 64 KiB: the whole
-		// object when it is small.
-		probe = make([]byte, headProbe)
+	// An object seen before and larger than the probe costs a HEAD to
+	// validate its cached header; any other object one GET of its first
+	// 64 KiB (the whole object when it is small), when the store can.
+	probeLen := int64(headProbe)
+	if size, seen := r.cache.size(key); seen {
+		probeLen = min(size, headProbe)
+		if size > headProbe {
+			probeLen = 0
+		}
+	}
+	if pr, ok := s.(PrefixReader); ok && probeLen >= safetensors.PrefixSize {
+		probe = make([]byte, probeLen)
 		n, i, err := pr.ReadPrefix(ctx, ref, probe)
 		if err != nil {
 			return nil, "", nil, err
@@ -213,12 +232,15 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 			return nil, "", nil, err
 		}
 	}
-	if int64(len(probe)) != min(info.Size, headProbe) {
-		return nil, "", nil, errorf(ErrShortRead, "read %d bytes of the object's start, want %d", len(probe), min(info.Size, headProbe))
+	if int64(len(probe)) < min(info.Size, safetensors.PrefixSize) {
+		return nil, "", nil, errorf(ErrShortRead, "read %d bytes of the object's start, want %d", len(probe), min(info.Size, safetensors.PrefixSize))
 	}
 	n, err := safetensors.HeaderLength(probe, info.Size)
 	if err != nil {
 		return nil, "", nil, err
+	}
+	if r.maxHeader > 0 && n > r.maxHeader {
+		return nil, "", nil, errorf(ErrTooLarge, "header length %d exceeds the header limit of %d bytes this reader is configured with", n, r.maxHeader)
 	}
 	hdr := probe[safetensors.PrefixSize:]
 	if int64(len(hdr)) >= n {

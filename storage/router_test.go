@@ -173,3 +173,30 @@ func TestRouterAllowList(t *testing.T) {
 		t.Error("a write through a symlink changed a file outside the root")
 	}
 }
+
+// TestMaxHeaderBytes: a Router configured below the format's 100 MB cap
+// refuses longer headers with ErrTooLarge naming the limit.
+func TestMaxHeaderBytes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs, err := file.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	uri := "file://" + fs.Root() + "/meta.safetensors"
+	meta := map[string]string{"big": strings.Repeat("m", 4000)}
+	w := storage.NewRouter()
+	w.Register("file", fs)
+	if _, err := w.Write(ctx, uri, []storage.OutTensor{safetensors.F32("x", []int{2}, []float32{1, 2})}, meta); err != nil {
+		t.Fatal(err)
+	}
+	r := storage.NewRouter(storage.WithMaxHeaderBytes(1024))
+	r.Register("file", fs)
+	if _, err := r.Head(ctx, uri+"#x"); !errors.Is(err, storage.ErrTooLarge) || !strings.Contains(err.Error(), "1024") {
+		t.Errorf("Head of a 4 KB header under a 1 KiB limit = %v, want ErrTooLarge naming 1024", err)
+	}
+	if _, err := w.Head(ctx, uri+"#x"); err != nil {
+		t.Errorf("Head without a limit: %v", err)
+	}
+}
