@@ -102,6 +102,7 @@ type realEnv struct {
 }
 
 const (
+	maxTestHeader = 64 << 10
 	allowedBucket = "tensors"
 	foreignBucket = "other"
 	rawMaxRetry   = 3
@@ -118,8 +119,8 @@ func newRealEnv(t *testing.T, limits Limits, signingKey []byte) *realEnv {
 			t.Fatal(err)
 		}
 	}
-	mkRouter := func(allow ...string) *storage.Router {
-		r := storage.NewRouter()
+	mkRouter := func(maxHeader int64, allow ...string) *storage.Router {
+		r := storage.NewRouter(storage.WithMaxHeaderBytes(maxHeader))
 		cfg := s3.Config{Endpoint: e.s3.Endpoint(), AccessKey: e.s3.AccessKey, SecretKey: e.s3.SecretKey}
 		for _, b := range allow {
 			cfg.Allow = append(cfg.Allow, s3.AllowRule{Bucket: b})
@@ -131,8 +132,10 @@ func newRealEnv(t *testing.T, limits Limits, signingKey []byte) *realEnv {
 		r.Register("s3", st)
 		return r
 	}
-	e.admin = mkRouter(allowedBucket, foreignBucket)
-	e.reader = mkRouter(allowedBucket)
+	e.admin = mkRouter(0, allowedBucket, foreignBucket)
+	// The worker's reader bounds headers, as cmd/worker does with
+	// limits.max_header_bytes.
+	e.reader = mkRouter(maxTestHeader, allowedBucket)
 	outsideFS, err := file.New(e.outside)
 	if err != nil {
 		t.Fatal(err)
@@ -437,6 +440,19 @@ func TestBadInput(t *testing.T) {
 			binary.LittleEndian.PutUint64(o, 1<<40)
 			return o
 		}), want: []string{"tensor x", "exceeds the limit"}},
+		{name: "header over the worker's header limit", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
+			// Valid, but 100 KiB of metadata: the whole header would be
+			// held in memory outside the tensor budget.
+			uri := p + ".safetensors"
+			var b bytes.Buffer
+			if err := safetensors.Encode(&b, []safetensors.Tensor{safetensors.F32("x", []int{4, 16}, normal(64, 1)),
+				safetensors.F32("w", []int{16}, normal(16, 2)), safetensors.F32("dy", []int{4, 16}, normal(64, 3))},
+				map[string]string{"padding": strings.Repeat("p", 100<<10)}); err != nil {
+				t.Fatal(err)
+			}
+			e.putRaw(t, uri, b.Bytes())
+			return Job{X: uri + "#x", W: uri + "#w", DY: uri + "#dy", Out: p + ".out", Eps: 1e-6}, nil
+		}, want: []string{"header limit of 65536 bytes"}},
 		{name: "object shorter than the length prefix", make: oneX(func() []byte { return []byte{1, 2, 3} }),
 			want: []string{"tensor x", "shorter than the 8-byte header length prefix"}},
 		{name: "invalid header JSON", make: oneX(func() []byte {

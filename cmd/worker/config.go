@@ -45,6 +45,9 @@ type Config struct {
 type LimitsConfig struct {
 	MaxElements int64 `yaml:"max_elements"`
 	MaxJobBytes int64 `yaml:"max_job_bytes"`
+	// MaxHeaderBytes bounds the safetensors JSON header of each input
+	// object, read whole into memory outside the budget.
+	MaxHeaderBytes int64 `yaml:"max_header_bytes"`
 }
 
 // BatchCfg says when the batcher flushes.
@@ -112,7 +115,7 @@ func defaultConfig() Config {
 		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute,
 		HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
 		BudgetBytes: 2 << 30,
-		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30},
+		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20},
 		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
 		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
 		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true}},
@@ -338,6 +341,9 @@ func (c *Config) validate() error {
 	}
 	if c.Limits.MaxJobBytes <= 0 {
 		return bad("limits.max_job_bytes", "must be > 0, got %d", c.Limits.MaxJobBytes)
+	}
+	if c.Limits.MaxHeaderBytes <= 0 || c.Limits.MaxHeaderBytes > 100_000_000 {
+		return bad("limits.max_header_bytes", "must be in 1..100000000 (the safetensors cap), got %d", c.Limits.MaxHeaderBytes)
 	}
 	if c.Batch.MaxJobs <= 0 {
 		return bad("batch.max_jobs", "must be > 0, got %d", c.Batch.MaxJobs)
