@@ -110,6 +110,9 @@ func yamlFile(t *testing.T, body string) string {
 // with a custom CA bundle. In each, a job runs end to end; where a
 // misconfiguration must be refused, it is.
 func TestWorkerConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the worker binary against several servers (about 30 s); make test runs it")
+	}
 	bin := buildWorkerBin(t)
 	// The enqueue CLI is the other side of the queue.
 	enq := filepath.Join(t.TempDir(), "enqueue")

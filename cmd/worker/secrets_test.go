@@ -144,6 +144,9 @@ func (p *proc) stop(t *testing.T) {
 // (stdout, stderr, --print-config, config errors, /metrics, /readyz, job
 // results and error messages, output objects) for every secret.
 func TestWorkerNeverPrintsSecrets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the worker binary against several servers (about 30 s); make test runs it")
+	}
 	const (
 		redisPW    = "redis-pw-Q7f3XkzPw"
 		accessKey  = "AKIDq2w9e8r7t6y5"
