@@ -12,22 +12,25 @@ import (
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
-// floodOverhead is what the worker may hold beyond budget_bytes: the Go
-// runtime, asynq, minio-go's connections and buffers, the header cache,
-// 64 handler goroutines and garbage the collector has not returned yet.
-// The test measures the idle worker's RSS and allows this much on top of
-// it and the budget.
-const floodOverhead = 96 << 20
+// floodLimit is the stated bound on the worker's peak RSS for a budget:
+// the worker keeps its CPU buffers (in use and pooled) within 1.25 x the
+// budget and sets Go's soft memory limit to 1.5 x budget + 64 MiB
+// (cmd/worker/memory.go); on top of that heap come about 32 MiB the soft
+// limit does not count or cannot hold to at once: goroutine stacks, the
+// binary, memory freed but not yet returned to the OS.
+func floodLimit(budget int64) int64 { return budget + budget/2 + 64<<20 + 32<<20 }
 
 var inFlightRe = regexp.MustCompile(`(?m)^rmsgrad_bytes_in_flight ([0-9.e+]+)$`)
 
-// TestFlood enqueues 2,000 large jobs at once (0.75-1.5 MiB per tensor,
-// six shapes in different buffer size classes) on a worker whose memory
-// budget holds only a handful of them. Every job that fits must complete
+// TestFlood enqueues 2,000 large jobs at once (0.75-2 MiB per tensor,
+// twelve shapes) on a worker whose memory budget holds only a handful of
+// them. Every job that fits must complete
 // with the clean run's outputs; one job that can never fit must be
 // rejected at once; bytes in flight must stay within budget_bytes while
 // reaching at least half of it; and the worker's peak RSS (VmHWM) must stay
-// within its idle RSS + budget_bytes + floodOverhead.
+// within floodLimit. Twelve shapes in distinct size classes make a pool
+// that keeps buffers per shape show: before the pool was bounded by the
+// budget, this flood peaked at 179 MiB.
 func TestFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: 2,000 large jobs")
@@ -35,7 +38,7 @@ func TestFlood(t *testing.T) {
 	t.Parallel()
 	e := NewEnv(t)
 	ins := e.Inputs(t, "flood", 41, [2]int{64, 4096}, [2]int{128, 2048}, [2]int{96, 4096}, [2]int{32, 8192},
-		[2]int{256, 1024}, [2]int{48, 4096})
+		[2]int{256, 1024}, [2]int{48, 4096}, [2]int{80, 4096}, [2]int{112, 4096}, [2]int{72, 4096}, [2]int{88, 4096}, [2]int{104, 4096}, [2]int{120, 4096})
 	huge := e.Inputs(t, "flood-huge", 42, [2]int{1024, 4096})[0] // 16 MiB per tensor: never fits
 	const budget = 32 << 20
 	const n = 2000
@@ -59,9 +62,8 @@ func TestFlood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	// Sample bytes in flight and RSS while the flood drains.
+	// Sample bytes in flight while the flood drains.
 	var maxInFlight float64
-	var maxRSS int64
 	stop, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -76,9 +78,6 @@ func TestFlood(t *testing.T) {
 					v, _ := strconv.ParseFloat(sm[1], 64)
 					maxInFlight = max(maxInFlight, v)
 				}
-			}
-			if rss, _, err := Memory(w.PID()); err == nil {
-				maxRSS = max(maxRSS, rss)
 			}
 		}
 	}()
@@ -123,15 +122,14 @@ func TestFlood(t *testing.T) {
 	if maxInFlight > budget || maxInFlight < budget/2 {
 		t.Fatalf("bytes in flight peaked at %.0f, want within (budget/2, budget] = (%d, %d]: the budget must bind and hold", maxInFlight, budget/2, budget)
 	}
-	limit := idle + budget + floodOverhead
+	limit := floodLimit(budget)
 	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
 	if peak > limit {
-		t.Fatalf("peak RSS %.1f MiB over idle %.1f + budget %.1f + overhead %.1f = %.1f MiB", mib(peak), mib(idle), mib(budget), mib(floodOverhead), mib(limit))
+		t.Fatalf("peak RSS %.1f MiB over the stated %.1f MiB (1.5 x budget %.1f + 96 MiB; idle RSS %.1f MiB)", mib(peak), mib(limit), mib(budget), mib(idle))
 	}
 	if err := w.Term(60 * time.Second); err != nil {
 		t.Fatalf("worker after SIGTERM: %v", err)
 	}
 	t.Logf("FIGURE flood jobs=%d lost=%d rejected_fitting=%d budget_mib=%.0f max_in_flight_mib=%.1f idle_rss_mib=%.1f peak_rss_mib=%.1f peak_minus_budget_mib=%.1f limit_mib=%.1f enqueue_s=%.1f drain_s=%.1f",
 		n, len(f.Lost), len(f.Archived), mib(budget), maxInFlight/(1<<20), mib(idle), mib(peak), mib(peak-budget), mib(limit), enqueued.Seconds(), took.Seconds())
-	_ = maxRSS
 }

@@ -63,6 +63,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	memLimit := boundMemory(cfg.BudgetBytes, getenv)
 	be, err := openBackend(cfg.Backend, log)
 	if err != nil {
 		return err
@@ -117,7 +118,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return fmt.Errorf("asynq server: %w", err)
 	}
 	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues,
-		"concurrency", cfg.Concurrency, "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes)
+		"concurrency", cfg.Concurrency, "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes, "go_memory_limit", memLimit)
 
 	<-ctx.Done()
 	stop() // a second signal kills the process the default way

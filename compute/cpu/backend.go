@@ -23,6 +23,13 @@ func Threads(n int) Option { return func(b *Backend) { b.threads = n } }
 // assembly is available (for comparison; the bits are the same).
 func Scalar() Option { return func(b *Backend) { b.pr = goPrims } }
 
+// PoolLimit bounds the backend's buffers, in use and kept for reuse
+// together, to n bytes: a released buffer that would go over it is left to
+// the garbage collector instead of the pool. A worker passes its memory
+// budget, so buffers of shapes it no longer sees do not hold memory beyond
+// the budget. 0 (the default) keeps up to 4 GiB for reuse.
+func PoolLimit(n int64) Option { return func(b *Backend) { b.pool.limit = int(n / 4) } }
+
 // Backend is the pure-Go compute.Backend. It is safe for concurrent use.
 type Backend struct {
 	threads int

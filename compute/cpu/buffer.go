@@ -60,6 +60,9 @@ type pool struct {
 	// retained is the total words held; beyond maxRetained, released
 	// stores go to the garbage collector instead.
 	retained int
+	// out is the words handed out and not yet put back; when limit > 0 a
+	// released store is kept only while retained+out stays within it.
+	out, limit int
 }
 
 // maxRetained bounds pooled memory (4 GiB of f32).
@@ -68,6 +71,7 @@ const maxRetained = 1 << 30
 func (p *pool) get(words int) []float32 {
 	c := sizeClass(words)
 	p.mu.Lock()
+	p.out += c
 	if l := p.free[c]; len(l) > 0 {
 		w := l[len(l)-1]
 		l[len(l)-1] = nil
@@ -87,7 +91,8 @@ func (p *pool) put(w []float32) {
 	c := len(w)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.retained+c > maxRetained {
+	p.out = max(p.out-c, 0)
+	if p.retained+c > maxRetained || (p.limit > 0 && p.retained+c+p.out > p.limit) {
 		return
 	}
 	if p.free == nil {
