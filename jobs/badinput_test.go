@@ -756,6 +756,7 @@ func runBadCase(t *testing.T, ctx context.Context, e *realEnv, c badCase, p stri
 	if !errors.As(err, &fe) {
 		t.Fatalf("bad job %s ended with %v, want archived", id, err)
 	}
+	t.Logf("archived after %d retries: %s", fe.Retried, fe.Msg)
 	if fe.Retried != 0 {
 		t.Errorf("bad job %s retried %d times (max %d): the error was not classified permanent: %s", id, fe.Retried, rawMaxRetry, fe.Msg)
 	}
