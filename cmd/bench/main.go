@@ -24,6 +24,7 @@ type options struct {
 	repeat      int
 	profShape   string
 	baseline    string
+	profMaxJobs int
 	timeout     time.Duration
 }
 
@@ -35,8 +36,9 @@ func main() {
 	flag.IntVar(&o.concurrency, "concurrency", 64, "handler and storage concurrency (the worker's default)")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every job and object count")
 	flag.IntVar(&o.queueTasks, "queue-tasks", 20000, "tasks for the queue ceiling (before -scale)")
-	flag.IntVar(&o.repeat, "repeat", 2, "runs of the small end-to-end load with default batching and with max_jobs=1 (alternating; rows give medians)")
+	flag.IntVar(&o.repeat, "repeat", 3, "runs of the small end-to-end load with default batching and with max_jobs=1 (alternating; rows give medians)")
 	flag.StringVar(&o.baseline, "baseline-worker", "", "another worker binary (e.g. built from an older commit) to run on the small load alternately with -worker, for a before/after in the same run")
+	flag.IntVar(&o.profMaxJobs, "profile-max-jobs", 0, "batch.max_jobs of the in-process profile run (0: the worker's default)")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
