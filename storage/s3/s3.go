@@ -360,10 +360,14 @@ func (s *Store) ReadPrefix(ctx context.Context, ref storage.Ref, p []byte) (int,
 		if err != nil {
 			err = s.attemptErr(ctx, actx, err, "GET")
 			if errors.Is(err, storage.ErrShortRead) {
-				// 416: a range of an empty object. Stat says so.
-				i, serr := s.Stat(ctx, ref)
-				n, info = 0, i
-				return serr
+				// 416: a range of an empty object; one HEAD (retried by
+				// this loop, not a nested one) gives its size and version.
+				oi, serr := s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
+				if serr != nil {
+					return classify(serr)
+				}
+				n, info = 0, storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}
+				return nil
 			}
 			return err
 		}
