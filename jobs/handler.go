@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rmsgrad/rmsgrad/compute"
@@ -65,6 +66,10 @@ type Handler struct {
 	cfg HandlerConfig
 	m   *Metrics
 	log *slog.Logger
+	// stage holds the rmsgrad_stage_seconds child of each stage, looked up
+	// once: WithLabelValues hashes the label and locks the vector on every
+	// call (six times a job).
+	stage map[string]prometheus.Observer
 }
 
 // NewHandler checks cfg and returns a Handler.
@@ -79,7 +84,10 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Handler{cfg: cfg, m: cfg.Metrics, log: cfg.Logger}
+	h := &Handler{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, stage: map[string]prometheus.Observer{}}
+	for _, st := range []string{StageQueueWait, StageFetch, StageBatchWait, StageCompute, StageStore, StageTotal} {
+		h.stage[st] = cfg.Metrics.Stage.WithLabelValues(st)
+	}
 	prev := cfg.Budget.onChange
 	cfg.Budget.onChange = func(v int64) {
 		h.m.InFlight.Set(float64(v))
@@ -136,7 +144,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	if j.EnqueuedNS > 0 {
 		if w := start.Sub(time.Unix(0, j.EnqueuedNS)); w > 0 {
 			tm.QueueWait = ms(w)
-			h.m.Stage.WithLabelValues(StageQueueWait).Observe(w.Seconds())
+			h.stage[StageQueueWait].Observe(w.Seconds())
 		}
 	}
 	uris := [3]string{j.X, j.W, j.DY}
@@ -250,7 +258,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	h.m.BytesIn.Add(float64(infos[0].Size + infos[1].Size + infos[2].Size))
 	fetched := time.Now()
 	tm.Fetch = ms(fetched.Sub(start))
-	h.m.Stage.WithLabelValues(StageFetch).Observe(fetched.Sub(start).Seconds())
+	h.stage[StageFetch].Observe(fetched.Sub(start).Seconds())
 
 	bi, err := h.cfg.Batcher.Submit(ctx, w)
 	if err != nil {
@@ -262,8 +270,8 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	computed := time.Now()
 	tm.Batch = ms(bi.Wait)
 	tm.Compute = ms(bi.Device)
-	h.m.Stage.WithLabelValues(StageBatchWait).Observe(bi.Wait.Seconds())
-	h.m.Stage.WithLabelValues(StageCompute).Observe(bi.Device.Seconds())
+	h.stage[StageBatchWait].Observe(bi.Wait.Seconds())
+	h.stage[StageCompute].Observe(bi.Device.Seconds())
 
 	var outs []OutTensor
 	add := func(name string, b compute.Buffer, shape []int) error {
@@ -298,7 +306,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	h.m.BytesOut.Add(float64(nbytes))
 	stored := time.Now()
 	tm.Store = ms(stored.Sub(computed))
-	h.m.Stage.WithLabelValues(StageStore).Observe(stored.Sub(computed).Seconds())
+	h.stage[StageStore].Observe(stored.Sub(computed).Seconds())
 
 	res := &Result{
 		Out: j.Out, SHA256: sums, Rows: rows, Dim: dim,
@@ -307,7 +315,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	}
 	tm.Total = ms(time.Since(start))
 	res.Timings = tm
-	h.m.Stage.WithLabelValues(StageTotal).Observe(time.Since(start).Seconds())
+	h.stage[StageTotal].Observe(time.Since(start).Seconds())
 	if rw != nil {
 		b, err := json.Marshal(res)
 		if err != nil {
