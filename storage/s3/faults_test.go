@@ -124,7 +124,7 @@ func TestRetryClassification(t *testing.T) {
 	gw := gateway(t)
 	p := newFaultProxy(t, gw)
 	tp := newTap()
-	st := proxiedStore(t, gw, p, func(c *s3.Config) { c.StallTimeout = 300 * time.Millisecond; c.Transport = tp })
+	st := proxiedStore(t, gw, p, func(c *s3.Config) { c.StallTimeout = time.Second; c.Transport = tp })
 	r := newRouter(st)
 	uri := "s3://data/t/retry.safetensors"
 	x := tensor("x", 1024, 1024, 3) // 4 MiB
