@@ -321,13 +321,41 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		if err != nil {
 			return nil, jobErr(id, "", "", fmt.Errorf("encode result: %w", err))
 		}
-		if _, err := rw.Write(b); err != nil {
+		if err := writeResult(ctx, rw, b); err != nil {
 			// The output is stored; a retry rewrites the same bytes and
 			// tries the result again.
 			return nil, jobErr(id, "", "", fmt.Errorf("write result: %w", err))
 		}
 	}
 	return res, nil
+}
+
+// resultWait bounds how long a finished job keeps trying to write its
+// result while Redis is unreachable. asynq v0.26.0 cannot record a task's
+// end once Redis failed when the handler returned (its syncer retries under
+// a context that is already canceled), so giving up at once sends the job
+// through lease expiry and the recoverer: a re-run 1-2 minutes later.
+// Waiting out a short Redis restart completes it in place
+// (faults.TestRedisRestart). It stays under asynq's 30 s lease, which the
+// heartbeat cannot extend while Redis is down.
+const resultWait = 20 * time.Second
+
+// writeResult writes b with rw, retrying with backoff for up to resultWait.
+func writeResult(ctx context.Context, rw *asynq.ResultWriter, b []byte) error {
+	deadline := time.Now().Add(resultWait)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		_, err := rw.Write(b)
+		if err == nil || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // checkShapes enforces w = [D], dy = x's shape, F32 everywhere and the
