@@ -87,6 +87,7 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("%d jobs lost (%v), %d archived (%v)", len(f.Lost), first(f.Lost, 5), len(f.Archived), f.Archived)
 	}
 	worker := make([]float64, 0, n)
+	var queue, fetch, batch, store []float64
 	dups, batches := 0, map[int]int{}
 	for i := range n {
 		o := outOf(i)
@@ -107,10 +108,13 @@ func TestSoak(t *testing.T) {
 			}
 		}
 		worker = append(worker, res.Timings.QueueWait+res.Timings.Total)
+		queue, fetch = append(queue, res.Timings.QueueWait), append(fetch, res.Timings.Fetch)
+		batch, store = append(batch, res.Timings.Batch), append(store, res.Timings.Store)
 		batches[res.BatchJobs]++
 	}
-	slices.Sort(worker)
-	slices.Sort(client)
+	for _, v := range [][]float64{worker, client, queue, fetch, batch, store} {
+		slices.Sort(v)
+	}
 	multi := 0
 	for size, c := range batches {
 		if size > 1 {
@@ -123,7 +127,8 @@ func TestSoak(t *testing.T) {
 	if err := w.Term(60 * time.Second); err != nil {
 		t.Fatalf("worker after SIGTERM: %v", err)
 	}
-	t.Logf("FIGURE soak jobs=%d concurrency=%d duplicates=%d lost=%d archived=%d p50=%.1fms p99=%.1fms max=%.1fms client_p50=%.1fms client_p99=%.1fms jobs_per_s=%.0f batched_jobs=%d",
+	t.Logf("FIGURE soak jobs=%d concurrency=%d duplicates=%d lost=%d archived=%d p50=%.1fms p99=%.1fms max=%.1fms client_p50=%.1fms client_p99=%.1fms jobs_per_s=%.0f batched_jobs=%d stage_p50_ms=queue:%.1f,fetch:%.1f,batch:%.1f,store:%.1f",
 		n, conc, dups, len(f.Lost), len(f.Archived), Percentile(worker, 50), Percentile(worker, 99), worker[len(worker)-1],
-		Percentile(client, 50), Percentile(client, 99), float64(n)/took.Seconds(), multi)
+		Percentile(client, 50), Percentile(client, 99), float64(n)/took.Seconds(), multi,
+		Percentile(queue, 50), Percentile(fetch, 50), Percentile(batch, 50), Percentile(store, 50))
 }
