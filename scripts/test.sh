@@ -30,13 +30,17 @@ export RMSGRAD_REDIS_SERVER="$(command -v redis-server)"
 export RMSGRAD_VERSITYGW="$(command -v versitygw)"
 export RMSGRAD_PYTHON=/usr/bin/python3
 export RMSGRAD_REQUIRE_SERVERS=1
-redis-server --version; versitygw --version | head -1; g++ --version | head -1
+redis-server --version
+echo "versitygw $(go version -m "$RMSGRAD_VERSITYGW" | awk '$1 == "mod" {print $3}')"
+g++ --version | sed -n 1p
 
 log "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
 go vet ./...
-GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ./compute/... ./storage/... ./jobs/... >/dev/null
+# Everything but metal/ also builds for the Mac workers (metal/ needs cgo and
+# is type-checked by internal/darwincheck in go test).
+GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet $(go list ./... | grep -v '/metal$')
 
 log "go test"
 go test -count=1 -timeout 60m ${RMSGRAD_TEST_FLAGS:-} ./... 2>&1 | tee /tmp/rmsgrad-test.log | grep -Ev '^(=== RUN|=== PAUSE|=== CONT)' || { echo "go test failed"; exit 1; }
