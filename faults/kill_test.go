@@ -86,8 +86,8 @@ func killInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := WorkerConfig{Name: "a", LogLevel: "debug", MaxJobs: 16, MaxWait: 5 * time.Millisecond}
-	// Kill on a "command buffer committed" line of a batch of 2 or more
-	// jobs; afterwards the log must lack that command buffer's "done" line,
+	// Kill on a "command buffer committed" line of a batch of 4 or more
+	// jobs (the third command buffer or later); afterwards the log must lack that command buffer's "done" line,
 	// which proves it was still in flight. A kill that came too late (the
 	// machine is shared) is tried again on a fresh worker.
 	var killedAt time.Time
@@ -104,7 +104,7 @@ func killInFlight(t *testing.T) {
 				return
 			}
 			var l logLine
-			if json.Unmarshal([]byte(line), &l) != nil || l.Jobs < 2 || l.CB < 2 {
+			if json.Unmarshal([]byte(line), &l) != nil || l.Jobs < 4 || l.CB < 3 {
 				return
 			}
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -112,10 +112,16 @@ func killInFlight(t *testing.T) {
 			cb.Store(l.CB)
 			nj.Store(int64(l.Jobs))
 		})
+		guard := time.AfterFunc(2*time.Minute, func() {
+			if !fired.Load() {
+				w.Kill()
+			}
+		})
 		err := w.Wait()
+		guard.Stop()
 		killedAt = time.Now()
 		if !fired.Load() {
-			t.Fatalf("worker %d exited (%v) before a command buffer of 2+ jobs was committed:\n%s", attempts, err, tail(w.Logs()))
+			t.Fatalf("worker %d exited (%v) (or was stopped after 2 minutes) before a command buffer of 4+ jobs was committed:\n%s", attempts, err, tail(w.Logs()))
 		}
 		killedCB, cbJobs = cb.Load(), int(nj.Load())
 		if !cbDone(w.Logs(), killedCB) {

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -10,6 +11,10 @@ import (
 var workerBin, enqueueBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() { // every test here is long and skips
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "rmsgrad-faults-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
