@@ -122,7 +122,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	if err != nil {
 		return nil, notes, err
 	}
-	var defs, ones, bases []e2eResult
+	var defs, ones, bases, variants []e2eResult
 	var smallRatios []float64
 	for range max(1, o.repeat) {
 		r, err := run(small, 0)
@@ -144,6 +144,12 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 				return rows, notes, err
 			}
 			bases = append(bases, r)
+		}
+		if o.variantEnv != "" && worker != "" {
+			if r, err = runWorker(ctx, e, worker, staged[small.Name], small, 0, o.concurrency, o.variantEnv); err != nil {
+				return rows, notes, err
+			}
+			variants = append(variants, r)
 		}
 	}
 	def, one := median(defs), median(ones)
@@ -188,6 +194,13 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		fmt.Sprintf("%s vs %s", usList(defs), usList(ones)), "max_jobs=1 CPU/job",
 		float64(def.CPUPerJob), float64(one.CPUPerJob), 0))
 
+	if len(variants) > 0 {
+		v := median(variants)
+		rows = append(rows, ratioRow("variant", fmt.Sprintf("small, bin/worker with %s (median of %d)", o.variantEnv, len(variants)), v.figure(),
+			"default jobs/s", v.JobsPerS, def.JobsPerS, 0))
+		rows = append(rows, ratioRow("variant", fmt.Sprintf("small CPU/job: with %s / default (lower is better)", o.variantEnv),
+			fmt.Sprintf("%s vs %s", usList(variants), usList(defs)), "default CPU/job", float64(v.CPUPerJob), float64(def.CPUPerJob), 0))
+	}
 	if len(bases) > 0 {
 		b := median(bases)
 		rows = append(rows, ratioRow("before/after", fmt.Sprintf("small, baseline worker %s (median of %d)", baseline, len(bases)), b.figure(), "(baseline)", 0, 0, 0))
@@ -388,7 +401,7 @@ func procCPU(pid int) (time.Duration, error) {
 // runWorker enqueues the shape's jobs, then starts bin/worker on their
 // queue and times it from its "worker started" log line until the queue's
 // completed count reaches the job count.
-func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, concurrency int) (e2eResult, error) {
+func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, concurrency int, extraEnv ...string) (e2eResult, error) {
 	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs, Mode: "bin/worker"}
 	queue := fmt.Sprintf("bench-worker-%s-%d-%d", s.Name, maxJobs, runSeq.Add(1))
 	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
@@ -406,6 +419,7 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 	}
 	cmd := exec.Command(bin, "--config", path)
 	cmd.Env = append(os.Environ(), "RMSGRAD_S3_ACCESS_KEY="+e.accessKey, "RMSGRAD_S3_SECRET_KEY="+e.secretKey)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.SysProcAttr = procattr.Child()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

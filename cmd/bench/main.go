@@ -25,6 +25,7 @@ type options struct {
 	profShape   string
 	baseline    string
 	profMaxJobs int
+	variantEnv  string
 	timeout     time.Duration
 }
 
@@ -39,6 +40,7 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 3, "runs of the small end-to-end load with default batching and with max_jobs=1 (alternating; rows give medians)")
 	flag.StringVar(&o.baseline, "baseline-worker", "", "another worker binary (e.g. built from an older commit) to run on the small load alternately with -worker, for a before/after in the same run")
 	flag.IntVar(&o.profMaxJobs, "profile-max-jobs", 0, "batch.max_jobs of the in-process profile run (0: the worker's default)")
+	flag.StringVar(&o.variantEnv, "variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the small load (alternated), e.g. GOGC=400")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
