@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestProber: readiness follows each dependency's last probe, names the one
+// down with its error, and the gauge follows it.
+func TestProber(t *testing.T) {
+	var storageDown atomic.Bool
+	reg := prometheus.NewRegistry()
+	p := newProber(reg, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		depCheck{"redis", func(context.Context) error { return nil }},
+		depCheck{"storage", func(context.Context) error {
+			if storageDown.Load() {
+				return errors.New("connection refused")
+			}
+			return nil
+		}})
+	if err := p.ready(); err == nil || !strings.Contains(err.Error(), "not probed yet") {
+		t.Fatalf("before the first probe: %v, want not ready", err)
+	}
+	ctx := context.Background()
+	p.probe(ctx)
+	if err := p.ready(); err != nil {
+		t.Fatalf("all up: %v", err)
+	}
+	storageDown.Store(true)
+	p.probe(ctx)
+	err := p.ready()
+	if err == nil || !strings.Contains(err.Error(), "storage: down for") || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "redis") {
+		t.Fatalf("storage down: %v", err)
+	}
+	if v := gauge(t, reg, "storage"); v != 0 {
+		t.Fatalf("rmsgrad_dependency_up{storage} = %v while down", v)
+	}
+	storageDown.Store(false)
+	p.probe(ctx)
+	if err := p.ready(); err != nil {
+		t.Fatalf("storage back: %v", err)
+	}
+	if v := gauge(t, reg, "storage"); v != 1 {
+		t.Fatalf("rmsgrad_dependency_up{storage} = %v after recovery", v)
+	}
+}
+
+// gauge reads rmsgrad_dependency_up{dependency=dep} from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, dep string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "rmsgrad_dependency_up" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "dependency" && l.GetValue() == dep {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no rmsgrad_dependency_up{dependency=%q}", dep)
+	return 0
+}
