@@ -12,9 +12,11 @@
 //   - TestStorageOutage: versitygw stopped for 15 s under load: jobs retry
 //     and complete, none is archived, /readyz reports the outage while it
 //     lasts.
-//   - TestRedisRestart: redis-server restarted under load (AOF on): the
-//     worker reconnects and carries on, /readyz names Redis while it is
-//     down, and the enqueue CLI fails with a clear message.
+//   - TestRedisRestart: redis-server stopped (SIGTERM) or crashed
+//     (SIGKILL) for 8 s under load, AOF on with appendfsync everysec: no
+//     acknowledged job is lost, the worker reconnects and carries on,
+//     /readyz names Redis while it is down, and the enqueue CLI fails at
+//     once with a clear message.
 //   - TestFlood: 2,000 large jobs at once: peak RSS (VmHWM) stays within
 //     budget_bytes plus a stated overhead, and nothing that fits is
 //     rejected.
