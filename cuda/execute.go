@@ -75,35 +75,25 @@ func (b *Backend) own(buf compute.Buffer) (*buffer, error) {
 const smemReserve = 1024
 
 // geometry picks, for a job of rows x dim, the rows per group and the group
-// count (persistent blocks: at most one wave of resident blocks) and the
+// count (persistent blocks: two per SM, at most one wave) and the
 // shared-memory row slots of rows_smem (0 for the register path). Dims that
-// are a multiple of 4 and at most 8192 take rows_smem: two blocks per SM
-// with three or four row slots each when three rows fit in half the shared
-// memory (dim <= 4096 on an H200), else one block per SM with up to four.
-// The result depends only on rows, dim and the device, so the dw summation
-// order does too. RMSGRAD_CUDA_BLOCKS_PER_SM and RMSGRAD_CUDA_STAGES (read
-// at Open) override it for benchmark variants.
+// are a multiple of 4 and at most 8192 take rows_smem with as many slots (up
+// to 4) as half the shared memory holds: 3 at dim 4096, 2 at 5120, 1 at 8192
+// on an H200, where two blocks per SM measured better than one block with
+// more slots (cuda/NOTES.md). The result depends only on rows, dim and the
+// device, so the dw summation order does too. RMSGRAD_CUDA_BLOCKS_PER_SM and
+// RMSGRAD_CUDA_STAGES (read at Open) override it for benchmark variants.
 func (b *Backend) geometry(rows, dim int) (rg, g, stages int) {
 	sms := max(b.sms, 1)
-	perBlock := func(blocks int) int { return (int(b.smemOptin)+smemReserve)/blocks - 2*smemReserve }
 	perSM := 2
-	nch := (dim + 3) / 4
-	rowBytes := 8 * dim
-	smem := dim%4 == 0 && nch <= rowsThreads*8 && b.maxStages > 0 && b.smemOptin > 0
-	if smem {
-		if 3*rowBytes > perBlock(2) {
-			perSM = 1
-		}
-	}
 	if b.perSM > 0 {
 		perSM = b.perSM
 	}
 	rg, g = groups(rows, perSM*sms)
-	if smem {
-		stages = min(b.maxStages, perBlock(perSM)/rowBytes, rg)
-		if stages < 1 {
-			stages = 0
-		}
+	nch := (dim + 3) / 4
+	if dim%4 == 0 && nch <= rowsThreads*8 && b.maxStages > 0 && b.smemOptin > 0 {
+		perBlock := (int(b.smemOptin)+smemReserve)/perSM - 2*smemReserve
+		stages = max(0, min(b.maxStages, perBlock/(8*dim), rg))
 	}
 	return rg, g, stages
 }

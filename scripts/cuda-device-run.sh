@@ -45,7 +45,7 @@ fi
 if has variants; then
 	# VARIANTS: ";"-separated sets of environment assignments (geometry and
 	# NVRTC knobs of the cuda backend) to compare with the default.
-	IFS=';' read -ra vs <<<"${VARIANTS:-RMSGRAD_CUDA_STAGES=0;RMSGRAD_CUDA_BLOCKS_PER_SM=2;RMSGRAD_CUDA_BLOCKS_PER_SM=1}"
+	IFS=';' read -ra vs <<<"${VARIANTS:-RMSGRAD_CUDA_STAGES=2;RMSGRAD_CUDA_BLOCKS_PER_SM=1}"
 	for v in "${vs[@]}"; do
 		# shellcheck disable=SC2086
 		env $v RMSGRAD_CUDA_SHAPES=${VSHAPES:-16384x4096,32768x8192,4096x4096,16384x5120} \

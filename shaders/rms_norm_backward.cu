@@ -35,9 +35,10 @@
 
 #define RMS_THREADS 256
 #define RMS_WARPS (RMS_THREADS / 32)
-// Chunks (of 4 floats) per thread held in registers: dim <= 256*4*8 = 8192
-// keeps the whole row of x and dy in registers, so x and dy are read once.
-// Larger dims take the same arithmetic with re-reads from global memory.
+// Chunks (of 4 floats) per thread of the shared-memory path (rows_smem,
+// dim <= 256*4*8 = 8192, a multiple of 4) and, up to 4, of the register path
+// (rows_regs). Other dims take the same arithmetic with re-reads from global
+// memory (rows_stream).
 #define RMS_KMAX 8
 // Rows with at most RMS_PF_KMAX chunks per thread load the next row of the
 // group while the current one is reduced (two rows of registers).
@@ -411,7 +412,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][RMS_WARPS], flo
 	}
 }
 
-// The rows of one group for dims over RMS_KMAX chunks per thread: the same
+// The rows of one group for dims over 4 chunks per thread without slots: the same
 // arithmetic, re-reading x and dy, the dw accumulator living in the group's
 // partial row (only this thread touches these columns of this group).
 __device__ void rows_stream(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
@@ -517,15 +518,10 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 	case 4:
 		rows_regs<4, (4 <= RMS_PF_KMAX)>(J, grp, red);
 		break;
-	case 5:
-	case 6:
-		rows_regs<6, (6 <= RMS_PF_KMAX)>(J, grp, red);
-		break;
-	case 7:
-	case 8:
-		rows_regs<8, (8 <= RMS_PF_KMAX)>(J, grp, red);
-		break;
 	default:
+		// Over 4 chunks per thread without shared-memory slots (dims not
+		// a multiple of 4, or over 8192): x and dy re-read, no register
+		// arrays (holding 8 chunks of x and dy spilled at 128 registers).
 		rows_stream(J, grp, red);
 	}
 }
