@@ -84,7 +84,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	} else {
 		notes = append(notes, fmt.Sprintf("end to end rows (except \"in process\") ran %s as a separate process with its default settings; CPU/job is that process's user+sys CPU from /proc, everything included (asynq, minio-go, net/http, compute, logging).", o.worker))
 	}
-	notes = append(notes, "each job reads its own x and dy objects and a w shared by all jobs of its shape (the router's header cache serves w's header after one Stat), and writes its own output.")
+	notes = append(notes, "each job reads its own x and dy objects and a w shared by all jobs of its shape, and writes its own output.")
 	// Each shape's inputs are staged once and read by every run of it;
 	// each run writes its own outputs.
 	staged := map[string]string{}
