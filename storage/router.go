@@ -312,9 +312,9 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	// any hashing: encode it with placeholder digests (this also validates
 	// names, dtypes and sizes), give the store a body whose header bytes
 	// wait for the real digests, and hash while the store sends the tensor
-	// bytes. minio-go uploads the parts of a large object from several
-	// goroutines, so parts 2..N go up while part 1 waits for the header; a
-	// store that reads in order waits for the hashes as it would anyway.
+	// bytes. The S3 store uploads parts 2..N of a large object while part 1
+	// waits for the header; a store that reads in order (a single PUT, a
+	// file) waits for the hashes as it would anyway.
 	for _, t := range ts {
 		all[SHA256Key(t.Name)] = placeholderSHA256
 	}

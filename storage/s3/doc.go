@@ -15,9 +15,12 @@
 // instead of per request.
 //
 // Writes are one PUT, or a multipart upload above Config.PartSize (16 MiB
-// by default; minio-go sends the parts from 4 goroutines straight from the
-// compute buffers); both become visible only when complete. Payloads go
-// unsigned unless Config.SignPayload (Write records a sha256 per tensor).
+// by default); both become visible only when complete. A multipart upload
+// of a Write body (io.ReaderAt) is the store's own: parts 2..N go up first,
+// 4 at a time, straight from the compute buffers, while Write hashes the
+// tensors, and part 1, which holds the header with the sha256s, is the S3
+// minimum of 5 MiB and goes last. Payloads go unsigned unless
+// Config.SignPayload (Write records a sha256 per tensor).
 //
 // Transient failures (5xx, 429/SlowDown, stalls, timeouts, refused or reset
 // connections, bodies cut short) are retried with storage.Retry (capped

@@ -509,27 +509,52 @@ func (s *Store) attemptErr(ctx, actx context.Context, err error, what string) er
 	return classify(err)
 }
 
-// partSize picks the multipart part size for an object of size bytes:
-// size / PartSize parts rounded down, equal but the last, so an output of
-// 64 MiB of tensor plus a few hundred bytes of header goes up as 4 parts
-// of 16 MiB + 50 bytes, not as 4 full parts and a fifth request for the
-// header's worth. Objects up to PartSize (and beyond 10,000 parts) are
-// left to minio-go.
-func (s *Store) partSize(size int64) uint64 {
+// minPart is the smallest part S3 accepts for any but the last part of a
+// multipart upload.
+const minPart = 5 << 20
+
+// uploadThreads is how many parts go up at once (minio-go's default).
+const uploadThreads = 4
+
+// partPlan returns the part boundaries of an object of size bytes, or nil
+// for one PUT: size / PartSize parts rounded down (an output of 64 MiB of
+// tensor plus a few hundred bytes of header is 4 parts, not 4 full parts
+// and a fifth for the header's worth). The first part, which holds the
+// header, is the S3 minimum of 5 MiB and the others share the rest
+// equally: Write finishes the header (its tensors' sha256s) while parts
+// 2..N go up, and only 5 MiB wait for it. An object between one and two
+// part sizes is 2 parts. Objects up to PartSize, and beyond 10,000 parts,
+// return nil.
+func (s *Store) partPlan(size int64) []int64 {
 	base := int64(s.part)
 	if base <= 0 {
 		base = 16 << 20
 	}
 	n := size / base
-	if n < 1 || n > 10000 {
-		return s.part
+	if size <= base || n > 10000 {
+		return nil
 	}
-	return uint64((size + n - 1) / n)
+	n = max(n, 2) // above PartSize, below twice it: 5 MiB and the rest
+	first := int64(minPart)
+	if base <= minPart {
+		first = max((size+n-1)/n, minPart) // equal parts
+	}
+	rest := (size - first + n - 2) / (n - 1) // >= base >= 5 MiB
+	bounds := make([]int64, n+1)
+	bounds[1] = first
+	for i := 2; i < int(n); i++ {
+		bounds[i] = bounds[i-1] + rest
+	}
+	bounds[n] = size
+	return bounds
 }
 
 // Put uploads size bytes from r: one PUT up to the part size, a multipart
-// upload above it. A body that is an io.Seeker is rewound for each retry;
-// any other body gets a single attempt.
+// upload above it (from an io.ReaderAt and io.Seeker such as
+// storage.Segments; other bodies go through minio-go's own multipart
+// upload). A failed attempt is retried from the start: the body is
+// rewound, a multipart upload is aborted and started again. A body that
+// can't be rewound gets a single attempt.
 func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int64) error {
 	seeker, canRewind := r.(io.Seeker)
 	var start int64
@@ -539,20 +564,31 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 			canRewind = false
 		}
 	}
+	ra, isReaderAt := r.(io.ReaderAt)
+	bounds := s.partPlan(size)
 	attempt := 0
 	b := s.backoff
 	if !canRewind {
 		b.Attempts = 1
 	}
 	err := storage.Retry(ctx, b, retryable, func(ctx context.Context) error {
+		if canRewind && isReaderAt && bounds != nil {
+			attempt++
+			return s.putMultipart(ctx, ref, io.NewSectionReader(ra, start, size), bounds)
+		}
 		if attempt++; attempt > 1 {
 			if _, err := seeker.Seek(start, io.SeekStart); err != nil {
 				return fmt.Errorf("rewind body for retry: %w", err)
 			}
 		}
+		var part uint64
+		if bounds != nil {
+			n := int64(len(bounds) - 1)
+			part = uint64((size + n - 1) / n) // minio-go: equal parts, the last shorter
+		}
 		_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, minio.PutObjectOptions{
 			ContentType:          "application/octet-stream",
-			PartSize:             s.partSize(size),
+			PartSize:             part,
 			DisableContentSha256: !s.sign,
 		})
 		return classify(err)
@@ -561,4 +597,67 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 		return fmt.Errorf("%w (gave up after %d attempts against %s)", err, attempt, s.host)
 	}
 	return err
+}
+
+// putMultipart is one attempt at a multipart upload of body split at
+// bounds: parts 2..N first, uploadThreads at a time, then part 1 (the
+// bytes a Write body releases last), then the completion that makes the
+// object visible at once. A failed attempt aborts its upload.
+func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.SectionReader, bounds []int64) (err error) {
+	id, err := s.core.NewMultipartUpload(ctx, ref.Bucket, ref.Key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return classify(err)
+	}
+	defer func() {
+		if err != nil {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			_ = s.core.AbortMultipartUpload(actx, ref.Bucket, ref.Key, id) // best effort: the error that matters is err
+		}
+	}()
+	n := len(bounds) - 1
+	parts := make([]minio.CompletePart, n)
+	order := make(chan int, n)
+	for i := 1; i < n; i++ {
+		order <- i
+	}
+	order <- 0
+	close(order)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, uploadThreads)
+	for range min(uploadThreads, n) {
+		go func() {
+			for i := range order {
+				if pctx.Err() != nil {
+					break
+				}
+				off, end := bounds[i], bounds[i+1]
+				p, err := s.core.PutObjectPart(pctx, ref.Bucket, ref.Key, id, i+1, io.NewSectionReader(body, off, end-off), end-off,
+					minio.PutObjectPartOptions{DisableContentSha256: !s.sign})
+				if err != nil {
+					cancel()
+					errs <- fmt.Errorf("part %d of %d (bytes %d-%d): %w", i+1, n, off, end-1, classify(err))
+					return
+				}
+				parts[i] = minio.CompletePart{PartNumber: i + 1, ETag: p.ETag}
+			}
+			errs <- nil
+		}()
+	}
+	for range min(uploadThreads, n) {
+		if e := <-errs; e != nil && (err == nil || errors.Is(err, context.Canceled)) {
+			err = e // the first real failure, not a sibling it cancelled
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	if _, err := s.core.CompleteMultipartUpload(ctx, ref.Bucket, ref.Key, id, parts, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return classify(err)
+	}
+	return nil
 }
