@@ -100,7 +100,7 @@ func open() (*Backend, error) {
 	}
 	b.arch = fmt.Sprintf("sm_%d%d", major, minor)
 	b.sms = int(sms)
-	b.perSM, b.maxStages = 0, 2
+	b.perSM, b.maxStages = 0, 4
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_BLOCKS_PER_SM")); err == nil && v > 0 {
 		b.perSM = v
 	}

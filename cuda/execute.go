@@ -78,9 +78,9 @@ const smemReserve = 1024
 // count (persistent blocks: two per SM, at most one wave) and the
 // shared-memory row slots of rows_smem (0 for the register path). Dims that
 // are a multiple of 4 and at most 8192 take rows_smem with as many slots (up
-// to 2) as half the shared memory holds: 2 up to dim 7168, 1 at 8192 on an
-// H200, where two blocks per SM measured better than one block with more
-// slots, and 2 slots better than 3 (cuda/NOTES.md). The result depends only on rows, dim and the
+// to 4) as half the shared memory holds: 3 at dim 4096, 2 at 5120, 1 at 8192
+// on an H200, where two blocks per SM measured better than one block with
+// more slots (cuda/NOTES.md). The result depends only on rows, dim and the
 // device, so the dw summation order does too. RMSGRAD_CUDA_BLOCKS_PER_SM and
 // RMSGRAD_CUDA_STAGES (read at Open) override it for benchmark variants.
 func (b *Backend) geometry(rows, dim int) (rg, g, stages int) {

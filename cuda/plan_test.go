@@ -215,14 +215,14 @@ func fixedGeom(gmax int) geomFunc {
 }
 
 // The geometry of an H200 (132 SMs, 227 KiB of shared memory per block):
-// two blocks per SM, as many row slots (up to 2) as half the shared memory
+// two blocks per SM, as many row slots (up to 4) as half the shared memory
 // holds, registers for dims not a multiple of 4 or over 8192.
 func TestGeometry(t *testing.T) {
-	b := &Backend{sms: 132, smemOptin: 232448, maxStages: 2}
+	b := &Backend{sms: 132, smemOptin: 232448, maxStages: 4}
 	for _, c := range []struct{ rows, dim, rg, g, stages int }{
-		{16384, 4096, 63, 261, 2}, {32768, 8192, 125, 263, 1}, {4096, 4096, 16, 256, 2},
-		{16384, 5120, 63, 261, 2}, {1000, 257, 4, 250, 0}, {8, 1024, 1, 8, 1}, {100000, 1024, 379, 264, 2},
-		{64, 16384, 1, 64, 0}, {7, 4097, 1, 7, 0}, {1000, 2048, 4, 250, 2},
+		{16384, 4096, 63, 261, 3}, {32768, 8192, 125, 263, 1}, {4096, 4096, 16, 256, 3},
+		{16384, 5120, 63, 261, 2}, {1000, 257, 4, 250, 0}, {8, 1024, 1, 8, 1}, {100000, 1024, 379, 264, 4},
+		{64, 16384, 1, 64, 0}, {7, 4097, 1, 7, 0}, {1000, 2048, 4, 250, 4},
 	} {
 		rg, g, st := b.geometry(c.rows, c.dim)
 		if rg != c.rg || g != c.g || st != c.stages {
