@@ -19,7 +19,9 @@
 // of a Write body (io.ReaderAt) is the store's own: parts 2..N go up first,
 // 4 at a time, straight from the compute buffers, while Write hashes the
 // tensors, and part 1, which holds the header with the sha256s, is the S3
-// minimum of 5 MiB and goes last. Payloads go unsigned unless
+// minimum of 5 MiB and goes last; each part carries a CRC32C trailer and
+// the completion their composite, as minio-go's own multipart upload
+// does. Payloads go unsigned unless
 // Config.SignPayload (Write records a sha256 per tensor).
 //
 // Transient failures (5xx, 429/SlowDown, stalls, timeouts, refused or reset

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"net"
@@ -623,7 +624,10 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 // bytes a Write body releases last), then the completion that makes the
 // object visible at once. A failed attempt aborts its upload.
 func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.SectionReader, bounds []int64) (err error) {
-	id, err := s.core.NewMultipartUpload(ctx, ref.Bucket, ref.Key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	// Checksums as minio-go's own multipart upload sends them: a CRC32C
+	// of each part in its trailer, their composite at completion.
+	id, err := s.core.NewMultipartUpload(ctx, ref.Bucket, ref.Key, minio.PutObjectOptions{ContentType: "application/octet-stream",
+		UserMetadata: map[string]string{"x-amz-checksum-algorithm": minio.ChecksumCRC32C.String()}})
 	if err != nil {
 		return classify(err)
 	}
@@ -635,7 +639,7 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 		}
 	}()
 	n := len(bounds) - 1
-	parts := make([]minio.CompletePart, n)
+	parts := make([]minio.ObjectPart, n)
 	order := make(chan int, n)
 	for i := 1; i < n; i++ {
 		order <- i
@@ -652,14 +656,21 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 					break
 				}
 				off, end := bounds[i], bounds[i+1]
-				p, err := s.core.PutObjectPart(pctx, ref.Bucket, ref.Key, id, i+1, io.NewSectionReader(body, off, end-off), end-off,
-					minio.PutObjectPartOptions{DisableContentSha256: !s.sign})
+				key := minio.ChecksumCRC32C.Key()
+				h := crc32.New(castagnoli)
+				trailer := make(http.Header, 1) // a value of the final length: minio-go sizes the body with it
+				trailer.Set(key, base64.StdEncoding.EncodeToString(h.Sum(nil)))
+				part := &crcReader{r: io.NewSectionReader(body, off, end-off), h: h, done: func(sum []byte) {
+					trailer.Set(key, base64.StdEncoding.EncodeToString(sum))
+				}}
+				p, err := s.core.PutObjectPart(pctx, ref.Bucket, ref.Key, id, i+1, part, end-off,
+					minio.PutObjectPartOptions{DisableContentSha256: !s.sign, Trailer: trailer})
 				if err != nil {
 					cancel()
 					errs <- fmt.Errorf("part %d of %d (bytes %d-%d): %w", i+1, n, off, end-1, classify(err))
 					return
 				}
-				parts[i] = minio.CompletePart{PartNumber: i + 1, ETag: p.ETag}
+				parts[i] = p
 			}
 			errs <- nil
 		}()
@@ -675,7 +686,15 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 		}
 		return err
 	}
-	if _, err := s.core.CompleteMultipartUpload(ctx, ref.Bucket, ref.Key, id, parts, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+	complete := make([]minio.CompletePart, n)
+	for i, p := range parts {
+		complete[i] = minio.CompletePart{PartNumber: i + 1, ETag: p.ETag, ChecksumCRC32C: p.ChecksumCRC32C}
+	}
+	copts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
+	if sum, err := minio.ChecksumCRC32C.CompositeChecksum(parts); err == nil {
+		copts.UserMetadata = map[string]string{minio.ChecksumCRC32C.Key(): sum.Encoded(), "x-amz-checksum-type": minio.ChecksumCompositeMode.String()}
+	}
+	if _, err := s.core.CompleteMultipartUpload(ctx, ref.Bucket, ref.Key, id, complete, copts); err != nil {
 		return classify(err)
 	}
 	return nil
@@ -691,4 +710,21 @@ func crc32c(r io.Reader) (string, error) {
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(h.Sum(nil)), nil
+}
+
+// crcReader hashes what is read through it and hands the sum to done at
+// EOF (the part's trailer is sent after the body).
+type crcReader struct {
+	r    io.Reader
+	h    hash.Hash32
+	done func([]byte)
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	if err == io.EOF {
+		c.done(c.h.Sum(nil))
+	}
+	return n, err
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/rmsgrad/rmsgrad/storage"
 	"github.com/rmsgrad/rmsgrad/storage/s3"
 	"github.com/rmsgrad/rmsgrad/storage/storetest"
@@ -369,5 +371,28 @@ func TestSmallObjectOneRequest(t *testing.T) {
 		if _, err := r.Head(ctx, u); !errors.Is(err, storage.ErrFormat) || !storage.Permanent(err) {
 			t.Errorf("Head of a %s object = %v, want permanent ErrFormat", name, err)
 		}
+	}
+}
+
+// TestMultipartChecksum: a multipart Write sends a CRC32C of every part
+// (as minio-go's own multipart upload does, which the Write benchmark
+// compares with) and the server records their composite on the object.
+func TestMultipartChecksum(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	st := newStore(t, gw, func(c *s3.Config) { c.PartSize = 5 << 20 })
+	r := newRouter(st)
+	if _, err := r.Write(ctx, "s3://data/t/mp-crc.safetensors", []storage.OutTensor{tensor("dx", 3000, 1024, 7)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	oi, err := st.Client().StatObject(ctx, "data", "t/mp-crc.safetensors", minio.StatObjectOptions{Checksum: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := multipartETag.FindStringSubmatch(oi.ETag); m == nil || m[1] != "2" {
+		t.Errorf("ETag %q: want a 2-part multipart upload", oi.ETag)
+	}
+	if oi.ChecksumCRC32C == "" {
+		t.Errorf("the object has no CRC32C checksum (ETag %q, checksum mode %q): the parts went up without one", oi.ETag, oi.ChecksumMode)
 	}
 }
