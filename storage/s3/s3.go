@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -706,11 +707,17 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // S3's x-amz-checksum-crc32c header.
 func crc32c(r io.Reader) (string, error) {
 	h := crc32.New(castagnoli)
-	if _, err := io.Copy(h, r); err != nil {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	if _, err := io.CopyBuffer(h, r, *buf); err != nil {
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(h.Sum(nil)), nil
 }
+
+// copyBufs holds crc32c's read buffers: a fresh 32 KiB per PUT is the
+// size of a small output.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // crcReader hashes what is read through it and hands the sum to done at
 // EOF (the part's trailer is sent after the body).
