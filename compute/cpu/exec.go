@@ -138,7 +138,7 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 			}
 			u := mk(o)
 			if o.Kind == compute.OpRMSInv && k+1 < len(phases) && !b.noFuse {
-				if dxi, dwi, ok := fusable(o, phases[k+1], users[k+1][o.R]); ok {
+				if dxi, dwi, ok := compute.Fusable(o, phases[k+1], users[k+1][o.R]); ok {
 					// The fused unit runs in phase k+1, where r is first read.
 					if dxi >= 0 {
 						d := mk(&phases[k+1][dxi])
@@ -174,33 +174,6 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 		}
 	}
 	return p, nil
-}
-
-// fusable finds the DX and DW in next that read inv's r from inv's x;
-// users lists the ops of next that touch inv.R. It fuses only when those
-// are the sole users of r in next, there is at most one of each, and they
-// agree on dy: then computing r inside their row loop changes nothing
-// anyone can observe.
-func fusable(inv *compute.Op, next []compute.Op, users []int) (dxi, dwi int, ok bool) {
-	dxi, dwi = -1, -1
-	for _, i := range users {
-		o := &next[i]
-		switch {
-		case o.Kind == compute.OpDX && o.R == inv.R && o.X == inv.X && dxi < 0 && o.DX != inv.R && o.W != inv.R && o.DY != inv.R:
-			dxi = i
-		case o.Kind == compute.OpDW && o.R == inv.R && o.X == inv.X && dwi < 0 && o.DW != inv.R && o.DY != inv.R:
-			dwi = i
-		default:
-			return -1, -1, false
-		}
-	}
-	if dxi < 0 && dwi < 0 {
-		return -1, -1, false
-	}
-	if dxi >= 0 && dwi >= 0 && next[dxi].DY != next[dwi].DY {
-		return -1, -1, false
-	}
-	return dxi, dwi, true
 }
 
 type task struct {

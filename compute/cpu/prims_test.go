@@ -161,7 +161,7 @@ func TestFusable(t *testing.T) {
 				users = append(users, i)
 			}
 		}
-		dxi, dwi, ok := fusable(&inv, c.next, users)
+		dxi, dwi, ok := compute.Fusable(&inv, c.next, users)
 		if ok != c.ok || (ok && (dxi != c.dxi || dwi != c.dwi)) {
 			t.Errorf("%s: fusable = %d, %d, %v; want %d, %d, %v", c.name, dxi, dwi, ok, c.dxi, c.dwi, c.ok)
 		}

@@ -1,0 +1,29 @@
+package compute
+
+// Fusable finds the DX and DW in next that read inv's r from inv's x;
+// users lists the ops of next that touch inv.R. It fuses only when those
+// are the sole users of r in next, there is at most one of each, and they
+// agree on dy: then computing r inside their row loop changes nothing
+// anyone can observe. Backends use it to run RMSInv, DX and DW as one
+// pass over each row while the row is in cache.
+func Fusable(inv *Op, next []Op, users []int) (dxi, dwi int, ok bool) {
+	dxi, dwi = -1, -1
+	for _, i := range users {
+		o := &next[i]
+		switch {
+		case o.Kind == OpDX && o.R == inv.R && o.X == inv.X && dxi < 0 && o.DX != inv.R && o.W != inv.R && o.DY != inv.R:
+			dxi = i
+		case o.Kind == OpDW && o.R == inv.R && o.X == inv.X && dwi < 0 && o.DW != inv.R && o.DY != inv.R:
+			dwi = i
+		default:
+			return -1, -1, false
+		}
+	}
+	if dxi < 0 && dwi < 0 {
+		return -1, -1, false
+	}
+	if dxi >= 0 && dwi >= 0 && next[dxi].DY != next[dwi].DY {
+		return -1, -1, false
+	}
+	return dxi, dwi, true
+}
