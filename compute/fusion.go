@@ -27,3 +27,26 @@ func Fusable(inv *Op, next []Op, users []int) (dxi, dwi int, ok bool) {
 	}
 	return dxi, dwi, true
 }
+
+// Users maps, for each phase (the ops between two barriers), every buffer to
+// the indices of the ops of that phase that touch it, in order and once
+// each, so that Fusable is found in linear time for large batches.
+func Users(phases [][]Op) []map[Buffer][]int {
+	users := make([]map[Buffer][]int, len(phases))
+	for k, ph := range phases {
+		m := make(map[Buffer][]int, 6*len(ph))
+		for i := range ph {
+			o := &ph[i]
+			for _, buf := range [...]Buffer{o.X, o.W, o.DY, o.R, o.DX, o.DW} {
+				if buf == nil {
+					continue
+				}
+				if l := m[buf]; len(l) == 0 || l[len(l)-1] != i {
+					m[buf] = append(l, i)
+				}
+			}
+		}
+		users[k] = m
+	}
+	return users
+}

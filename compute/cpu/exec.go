@@ -112,24 +112,7 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 		}
 		return u
 	}
-	// users[k] maps a buffer to the ops of phase k that touch it, so
-	// fusion is found in linear time for large batches.
-	users := make([]map[compute.Buffer][]int, len(phases))
-	for k, ph := range phases {
-		m := make(map[compute.Buffer][]int, 6*len(ph))
-		for i := range ph {
-			o := &ph[i]
-			for _, buf := range [...]compute.Buffer{o.X, o.W, o.DY, o.R, o.DX, o.DW} {
-				if buf == nil {
-					continue
-				}
-				if l := m[buf]; len(l) == 0 || l[len(l)-1] != i {
-					m[buf] = append(l, i)
-				}
-			}
-		}
-		users[k] = m
-	}
+	users := compute.Users(phases)
 	for k, ph := range phases {
 		for i := range ph {
 			o := &ph[i]
