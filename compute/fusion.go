@@ -50,3 +50,22 @@ func Users(phases [][]Op) []map[Buffer][]int {
 	}
 	return users
 }
+
+// Phases splits ops at their barriers into the groups that may run
+// concurrently, dropping empty ones. The phases share ops' backing array.
+func Phases(ops []Op) [][]Op {
+	var phases [][]Op
+	start := 0
+	for i := range ops {
+		if ops[i].Kind == OpBarrier {
+			if i > start {
+				phases = append(phases, ops[start:i])
+			}
+			start = i + 1
+		}
+	}
+	if start < len(ops) {
+		phases = append(phases, ops[start:])
+	}
+	return phases
+}

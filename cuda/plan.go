@@ -88,19 +88,7 @@ func groups(rows, gmax int) (rg, g int) {
 // this backend's *buffer (an error for a foreign or released one); geom
 // splits each job's rows into groups (blocks).
 func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer, error)) (*execPlan, error) {
-	var phases [][]compute.Op
-	start := 0
-	for i := range ops {
-		if ops[i].Kind == compute.OpBarrier {
-			if i > start {
-				phases = append(phases, ops[start:i])
-			}
-			start = i + 1
-		}
-	}
-	if start < len(ops) {
-		phases = append(phases, ops[start:])
-	}
+	phases := compute.Phases(ops)
 	p := &execPlan{phases: make([][]entry, len(phases))}
 
 	// Transfers: an input is uploaded unless an earlier op wrote it; every

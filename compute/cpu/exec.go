@@ -67,19 +67,7 @@ func (b *Backend) f32(buf compute.Buffer) ([]float32, error) {
 // plan splits ops into phases and fuses each RMSInv with the next phase's
 // DX/DW of the same job when nothing else there touches its r.
 func (b *Backend) plan(ops []compute.Op) (*plan, error) {
-	var phases [][]compute.Op
-	start := 0
-	for i := range ops {
-		if ops[i].Kind == compute.OpBarrier {
-			if i > start {
-				phases = append(phases, ops[start:i])
-			}
-			start = i + 1
-		}
-	}
-	if start < len(ops) {
-		phases = append(phases, ops[start:])
-	}
+	phases := compute.Phases(ops)
 	consumed := make([]map[int]bool, len(phases))
 	for k := range phases {
 		consumed[k] = map[int]bool{}
