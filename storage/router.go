@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
@@ -37,7 +38,38 @@ type TensorInfo struct {
 	// ObjectSize is the size of the whole object (0 when unknown).
 	ObjectSize int64
 
-	inline []byte // the tensor's bytes when Head's read of the object's start held them
+	// inline holds the tensor's bytes when Head's read of the object's
+	// start held them (a small object): the first Fetch copies them from
+	// there and gives the read buffer back to the pool.
+	inline *inlined
+}
+
+// probePool holds Head's 64 KiB read buffers. x and dy are new objects for
+// every job, so without it each Head allocated (and the runtime zeroed) a
+// fresh 64 KiB: half of a small job's allocated bytes.
+var probePool = sync.Pool{New: func() any { b := make([]byte, headProbe); return &b }}
+
+func getProbe(n int64) (*[]byte, []byte) {
+	bp := probePool.Get().(*[]byte)
+	return bp, (*bp)[:n]
+}
+
+func putProbe(bp *[]byte) {
+	if bp != nil {
+		probePool.Put(bp)
+	}
+}
+
+// inlined is a tensor's bytes inside a pooled probe buffer. Exactly one
+// Fetch takes them (copies them out and returns the buffer); a later or
+// concurrent Fetch of the same TensorInfo reads the object instead, so a
+// returned buffer is never read again (only the Fetch that won taken
+// touches data and buf). A TensorInfo never fetched leaves
+// its buffer to the garbage collector.
+type inlined struct {
+	taken atomic.Bool
+	data  []byte
+	buf   *[]byte
 }
 
 // OutTensor is one tensor to write: Data holds prod(Shape) little-endian
@@ -111,17 +143,24 @@ func (r *Router) route(op, uri string, write bool) (Ref, Store, error) {
 		}
 		return Ref{}, nil, err
 	}
+	s, err := r.routeRef(op, ref, write)
+	return ref, s, err
+}
+
+// routeRef is route for a Ref already parsed (Fetch's, from Head): the
+// store of its scheme, and that store's allow-list check.
+func (r *Router) routeRef(op string, ref Ref, write bool) (Store, error) {
 	r.mu.RLock()
 	s := r.stores[ref.Scheme]
 	r.mu.RUnlock()
 	if s == nil {
-		return ref, nil, &Error{Op: op, URI: ref.String(), Tensor: ref.Name,
+		return nil, &Error{Op: op, URI: ref.String(), Tensor: ref.Name,
 			Err: errorf(ErrNotAllowed, "no store is configured for %s:// URIs on this host", ref.Scheme)}
 	}
 	if err := s.Check(ref, write); err != nil {
-		return ref, nil, wrap(op, ref, err)
+		return nil, wrap(op, ref, err)
 	}
-	return ref, s, nil
+	return s, nil
 }
 
 // Check parses uri and applies its store's allow-list for reading or (write)
@@ -146,10 +185,17 @@ func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
 	if err != nil {
 		return TensorInfo{}, err
 	}
-	h, etag, prefix, err := r.header(ctx, s, ref)
+	h, etag, prefix, buf, err := r.header(ctx, s, ref)
 	if err != nil {
+		putProbe(buf)
 		return TensorInfo{}, wrap("head", ref, err)
 	}
+	keep := false
+	defer func() {
+		if !keep {
+			putProbe(buf)
+		}
+	}()
 	var e safetensors.Entry
 	if ref.Name == "" {
 		if len(h.Entries) != 1 {
@@ -170,10 +216,11 @@ func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
 	}
 	t := TensorInfo{Ref: ref, DType: e.DType, Shape: append([]int(nil), e.Shape...),
 		Offset: h.DataStart + e.Begin, Size: e.Size(), ETag: etag, ObjectSize: h.Size}
-	if t.Offset+t.Size <= int64(len(prefix)) {
+	if t.Size > 0 && t.Offset+t.Size <= int64(len(prefix)) {
 		// The header read already holds this (small) tensor: Fetch copies it
 		// instead of making a second request for a few KiB.
-		t.inline = prefix[t.Offset : t.Offset+t.Size : t.Offset+t.Size]
+		t.inline = &inlined{data: prefix[t.Offset : t.Offset+t.Size : t.Offset+t.Size], buf: buf}
+		keep = true
 	}
 	return t, nil
 }
@@ -189,11 +236,14 @@ func supported(dtype string) bool {
 
 // header returns the object's parsed header and version, and the prefix of
 // the object it read on the way (nil when the header came from the cache
-// after a Stat).
-func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Header, string, []byte, error) {
+// after a Stat) with the pooled buffer that holds it (nil when none), which
+// the caller gives back with putProbe once done with the prefix, also on
+// error.
+func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Header, string, []byte, *[]byte, error) {
 	key := ref.Object().String()
 	var info ObjectInfo
 	var probe []byte
+	var buf *[]byte
 	// An object seen before and larger than the probe costs a HEAD to
 	// validate its cached header; any other object one GET of its first
 	// 64 KiB (the whole object when it is small), when the store can.
@@ -205,42 +255,42 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 		}
 	}
 	if pr, ok := s.(PrefixReader); ok && probeLen >= safetensors.PrefixSize {
-		probe = make([]byte, probeLen)
+		buf, probe = getProbe(probeLen)
 		n, i, err := pr.ReadPrefix(ctx, ref, probe)
 		if err != nil {
-			return nil, "", nil, err
+			return nil, "", nil, buf, err
 		}
 		info, probe = i, probe[:n]
 		if h := r.cache.get(key, info); h != nil {
-			return h, info.ETag, probe, nil
+			return h, info.ETag, probe, buf, nil
 		}
 	} else {
 		var err error
 		if info, err = s.Stat(ctx, ref); err != nil {
-			return nil, "", nil, err
+			return nil, "", nil, nil, err
 		}
 		if h := r.cache.get(key, info); h != nil {
-			return h, info.ETag, nil, nil
+			return h, info.ETag, nil, nil, nil
 		}
 	}
 	if info.Size < safetensors.PrefixSize {
-		return nil, "", nil, errorf(ErrFormat, "object of %d bytes is shorter than the 8-byte header length prefix", info.Size)
+		return nil, "", nil, buf, errorf(ErrFormat, "object of %d bytes is shorter than the 8-byte header length prefix", info.Size)
 	}
 	if probe == nil {
-		probe = make([]byte, min(info.Size, headProbe))
+		buf, probe = getProbe(min(info.Size, headProbe))
 		if err := s.ReadAt(ctx, ref, info.ETag, probe, 0); err != nil {
-			return nil, "", nil, err
+			return nil, "", nil, buf, err
 		}
 	}
 	if int64(len(probe)) < min(info.Size, safetensors.PrefixSize) {
-		return nil, "", nil, errorf(ErrShortRead, "read %d bytes of the object's start, want %d", len(probe), min(info.Size, safetensors.PrefixSize))
+		return nil, "", nil, buf, errorf(ErrShortRead, "read %d bytes of the object's start, want %d", len(probe), min(info.Size, safetensors.PrefixSize))
 	}
 	n, err := safetensors.HeaderLength(probe, info.Size)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", nil, buf, err
 	}
 	if r.maxHeader > 0 && n > r.maxHeader {
-		return nil, "", nil, errorf(ErrTooLarge, "header length %d exceeds the header limit of %d bytes this reader is configured with", n, r.maxHeader)
+		return nil, "", nil, buf, errorf(ErrTooLarge, "header length %d exceeds the header limit of %d bytes this reader is configured with", n, r.maxHeader)
 	}
 	hdr := probe[safetensors.PrefixSize:]
 	if int64(len(hdr)) >= n {
@@ -251,16 +301,18 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 		full := make([]byte, n)
 		copy(full, hdr)
 		if err := s.ReadAt(ctx, ref, info.ETag, full[len(hdr):], safetensors.PrefixSize+int64(len(hdr))); err != nil {
-			return nil, "", nil, err
+			return nil, "", nil, buf, err
 		}
 		hdr = full
 	}
+	// The parsed header copies what it keeps (names, dtypes): it must not
+	// point into the pooled probe.
 	h, err := safetensors.ParseHeader(hdr, info.Size)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", nil, buf, err
 	}
 	r.cache.put(key, info, h)
-	return h, info.ETag, probe, nil
+	return h, info.ETag, probe, buf, nil
 }
 
 // Fetch reads tensor t (from Head) straight into dst, which must be exactly
@@ -269,7 +321,7 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 // tensor that Head's read of the object's first 64 KiB already held (a
 // small object) is copied from there without a request.
 func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
-	_, s, err := r.route("fetch", t.Ref.String(), false)
+	s, err := r.routeRef("fetch", t.Ref, false)
 	if err != nil {
 		return err
 	}
@@ -280,8 +332,10 @@ func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
 	if t.Size == 0 {
 		return nil
 	}
-	if int64(len(t.inline)) == t.Size {
-		copy(dst, t.inline)
+	if in := t.inline; in != nil && in.taken.CompareAndSwap(false, true) {
+		copy(dst, in.data) // len(in.data) == t.Size == len(dst), set by Head
+		in.data = nil
+		putProbe(in.buf)
 		return nil
 	}
 	if sr, ok := s.(SizedReader); ok && t.ObjectSize > 0 {

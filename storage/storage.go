@@ -140,15 +140,19 @@ func cleanSegments(p string) string {
 	if p == "" {
 		return "empty path"
 	}
-	for _, seg := range strings.Split(p, "/") {
+	for rest := p; ; {
+		seg, tail, more := strings.Cut(rest, "/")
 		switch seg {
 		case "":
 			return "empty path segment (//) or trailing slash"
 		case ".", "..":
 			return "path segment " + quote(seg) + " is not allowed"
 		}
+		if !more {
+			return ""
+		}
+		rest = tail
 	}
-	return ""
 }
 
 // redactURI drops anything that could be user info from a URI before it goes

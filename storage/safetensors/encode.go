@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -37,41 +37,47 @@ func F32(name string, shape []int, values []float32) Tensor {
 // will check: unique non-empty names, known dtypes, and len(Data) matching
 // each shape.
 func EncodeHeader(ts []Tensor, meta map[string]string) ([]byte, error) {
-	var b strings.Builder
-	b.WriteString("{")
+	// Built in place behind the 8-byte prefix, with strconv's appends: the
+	// worker encodes two headers per job.
+	b := make([]byte, PrefixSize, PrefixSize+128+64*len(meta)+96*len(ts))
+	b = append(b, '{')
 	first := true
 	comma := func() {
 		if !first {
-			b.WriteString(",")
+			b = append(b, ',')
 		}
 		first = false
 	}
 	if len(meta) > 0 {
-		keys := make([]string, 0, len(meta))
+		var small [8]string
+		keys := small[:0]
 		for k := range meta {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys) // deterministic bytes for the same inputs
+		slices.Sort(keys) // deterministic bytes for the same inputs
 		comma()
-		b.WriteString(jsonString(MetadataKey) + ":{")
+		b = appendJSONString(b, MetadataKey)
+		b = append(b, ':', '{')
 		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(",")
+				b = append(b, ',')
 			}
-			b.WriteString(jsonString(k) + ":" + jsonString(meta[k]))
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, meta[k])
 		}
-		b.WriteString("}")
+		b = append(b, '}')
 	}
-	seen := make(map[string]bool, len(ts))
 	var off int64
-	for _, t := range ts {
+	for i, t := range ts {
 		if t.Name == "" || t.Name == MetadataKey {
 			return nil, fmt.Errorf("%w: tensor name %q is reserved or empty", ErrFormat, t.Name)
 		}
-		if seen[t.Name] {
-			return nil, fmt.Errorf("%w: duplicate tensor name %q", ErrFormat, t.Name)
+		for _, u := range ts[:i] {
+			if u.Name == t.Name {
+				return nil, fmt.Errorf("%w: duplicate tensor name %q", ErrFormat, t.Name)
+			}
 		}
-		seen[t.Name] = true
 		size, ok := DTypeSize(t.DType)
 		if !ok {
 			return nil, fmt.Errorf("%w: tensor %q: unknown dtype %q (known: %s)", ErrDType, t.Name, t.DType, strings.Join(KnownDTypes(), ", "))
@@ -84,27 +90,33 @@ func EncodeHeader(ts []Tensor, meta map[string]string) ([]byte, error) {
 			return nil, fmt.Errorf("%w: tensor %q: shape %v of %s needs %d bytes, data has %d", ErrFormat, t.Name, t.Shape, t.DType, n, len(t.Data))
 		}
 		comma()
-		b.WriteString(jsonString(t.Name) + `:{"dtype":` + jsonString(t.DType) + `,"shape":[`)
+		b = appendJSONString(b, t.Name)
+		b = append(b, `:{"dtype":`...)
+		b = appendJSONString(b, t.DType)
+		b = append(b, `,"shape":[`...)
 		for i, d := range t.Shape {
 			if i > 0 {
-				b.WriteString(",")
+				b = append(b, ',')
 			}
-			b.WriteString(strconv.Itoa(d))
+			b = strconv.AppendInt(b, int64(d), 10)
 		}
-		b.WriteString(`],"data_offsets":[` + strconv.FormatInt(off, 10) + "," + strconv.FormatInt(off+n, 10) + "]}")
+		b = append(b, `],"data_offsets":[`...)
+		b = strconv.AppendInt(b, off, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, off+n, 10)
+		b = append(b, ']', '}')
 		off += n
 	}
-	b.WriteString("}")
-	for b.Len()%8 != 0 {
-		b.WriteString(" ")
+	b = append(b, '}')
+	for (len(b)-PrefixSize)%8 != 0 {
+		b = append(b, ' ')
 	}
-	if b.Len() > MaxHeaderSize {
-		return nil, fmt.Errorf("%w: header length %d exceeds the limit of %d bytes", ErrTooLarge, b.Len(), MaxHeaderSize)
+	n := len(b) - PrefixSize
+	if n > MaxHeaderSize {
+		return nil, fmt.Errorf("%w: header length %d exceeds the limit of %d bytes", ErrTooLarge, n, MaxHeaderSize)
 	}
-	out := make([]byte, PrefixSize+b.Len())
-	binary.LittleEndian.PutUint64(out, uint64(b.Len()))
-	copy(out[PrefixSize:], b.String())
-	return out, nil
+	binary.LittleEndian.PutUint64(b, uint64(n))
+	return b, nil
 }
 
 // EncodedSize returns the length in bytes of the encoded file.
@@ -138,7 +150,17 @@ func Encode(w io.Writer, ts []Tensor, meta map[string]string) error {
 	return nil
 }
 
-func jsonString(s string) string {
-	b, _ := json.Marshal(s) // a string always marshals
-	return string(b)
+// appendJSONString appends s as encoding/json writes it: quoted as is
+// when it is printable ASCII that json.Marshal would not escape, through
+// json.Marshal otherwise.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

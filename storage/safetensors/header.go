@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,47 +155,20 @@ func ParseHeader(header []byte, objectSize int64) (*Header, error) {
 	if len(header) == 0 || header[0] != '{' {
 		return nil, fmt.Errorf("%w: header does not start with '{'", ErrFormat)
 	}
-	p := &parser{dec: json.NewDecoder(bytes.NewReader(header))}
-	p.dec.UseNumber()
 	h := &Header{DataStart: PrefixSize + int64(len(header))}
-	if err := p.delim('{', "header"); err != nil {
-		return nil, err
-	}
-	seen := map[string]bool{}
-	for p.dec.More() {
-		name, err := p.key("header")
-		if err != nil {
+	var ok bool
+	if h.Entries, h.Metadata, ok = fastParse(header); !ok {
+		var err error
+		if h.Entries, h.Metadata, err = parseSlow(header); err != nil {
 			return nil, err
 		}
-		if seen[name] {
-			return nil, fmt.Errorf("%w: duplicate name %q in header", ErrFormat, name)
-		}
-		seen[name] = true
-		if name == MetadataKey {
-			if h.Metadata, err = p.metadata(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		e, err := p.entry(name)
-		if err != nil {
-			return nil, err
-		}
-		h.Entries = append(h.Entries, e)
-	}
-	if err := p.delim('}', "header"); err != nil {
-		return nil, err
-	}
-	if rest := header[p.dec.InputOffset():]; len(strings.TrimLeft(string(rest), " \t\r\n")) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes of trailing data after the header's JSON object", ErrFormat, len(rest))
 	}
 	// The tensors must tile the data section: sorted by offset, each begins
 	// where the previous ended, the first at 0 and the last at the end of
 	// the object. This rules out overlaps (two tensors sharing bytes), gaps
 	// (hidden bytes) and objects longer or shorter than the header says.
-	sort.SliceStable(h.Entries, func(i, j int) bool {
-		a, b := h.Entries[i], h.Entries[j]
-		return a.Begin < b.Begin || (a.Begin == b.Begin && a.End < b.End)
+	slices.SortStableFunc(h.Entries, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Begin, b.Begin), cmp.Compare(a.End, b.End))
 	})
 	var next int64
 	for _, e := range h.Entries {
@@ -214,6 +189,48 @@ func ParseHeader(header []byte, objectSize int64) (*Header, error) {
 	}
 	h.Size = end
 	return h, nil
+}
+
+// parseSlow is the reference parser, on encoding/json's tokens: it
+// reports every way a header can be wrong. ParseHeader runs it when
+// fastParse does not accept the header.
+func parseSlow(header []byte) ([]Entry, map[string]string, error) {
+	p := &parser{dec: json.NewDecoder(bytes.NewReader(header))}
+	p.dec.UseNumber()
+	var entries []Entry
+	var meta map[string]string
+	if err := p.delim('{', "header"); err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	for p.dec.More() {
+		name, err := p.key("header")
+		if err != nil {
+			return nil, nil, err
+		}
+		if seen[name] {
+			return nil, nil, fmt.Errorf("%w: duplicate name %q in header", ErrFormat, name)
+		}
+		seen[name] = true
+		if name == MetadataKey {
+			if meta, err = p.metadata(); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		e, err := p.entry(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		entries = append(entries, e)
+	}
+	if err := p.delim('}', "header"); err != nil {
+		return nil, nil, err
+	}
+	if rest := header[p.dec.InputOffset():]; len(strings.TrimLeft(string(rest), " \t\r\n")) != 0 {
+		return nil, nil, fmt.Errorf("%w: %d bytes of trailing data after the header's JSON object", ErrFormat, len(rest))
+	}
+	return entries, meta, nil
 }
 
 type parser struct{ dec *json.Decoder }

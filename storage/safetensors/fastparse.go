@@ -1,0 +1,318 @@
+package safetensors
+
+// fastParse is ParseHeader's hand-written parser for the headers writers
+// produce: strings without escapes, non-negative integers in decimal, no
+// null but __metadata__'s. It runs without encoding/json's reflection and
+// token allocations (about a tenth of the time). It accepts a header only
+// when it is sure the encoding/json parser (parseSlow) would accept it with
+// the same result; on anything else (an escape, a fraction, an unknown or
+// duplicate field, a bad value, a missing field, a wrong size) it returns
+// ok=false and ParseHeader runs parseSlow, which reports the error exactly
+// as before. FuzzFastParse checks that agreement.
+//
+// The caller has checked that header is valid UTF-8 and starts with '{'.
+// The returned entries are in header order; ParseHeader sorts and tiles
+// them. Every string it returns is a copy: nothing points into header.
+func fastParse(header []byte) (entries []Entry, meta map[string]string, ok bool) {
+	p := fastParser{b: header}
+	if !p.byte('{') {
+		return nil, nil, false
+	}
+	var sawMeta bool
+	var seen map[string]struct{} // names, once there are many
+	if p.peekWS() == '}' {
+		p.i++
+	} else {
+		for {
+			name, ok := p.str()
+			if !ok || !p.byte(':') {
+				return nil, nil, false
+			}
+			if name == MetadataKey {
+				if sawMeta {
+					return nil, nil, false
+				}
+				sawMeta = true
+				if meta, ok = p.metadata(); !ok {
+					return nil, nil, false
+				}
+			} else {
+				if seen == nil && len(entries) >= 16 {
+					seen = make(map[string]struct{}, 2*len(entries))
+					for _, e := range entries {
+						seen[e.Name] = struct{}{}
+					}
+				}
+				if seen != nil {
+					if _, dup := seen[name]; dup {
+						return nil, nil, false
+					}
+					seen[name] = struct{}{}
+				} else {
+					for _, e := range entries {
+						if e.Name == name {
+							return nil, nil, false
+						}
+					}
+				}
+				e, ok := p.entry(name)
+				if !ok {
+					return nil, nil, false
+				}
+				entries = append(entries, e)
+			}
+			c := p.peekWS()
+			p.i++
+			if c == '}' {
+				break
+			}
+			if c != ',' {
+				return nil, nil, false
+			}
+		}
+	}
+	// Only JSON whitespace may follow the object.
+	p.peekWS()
+	if p.i != len(p.b) {
+		return nil, nil, false
+	}
+	return entries, meta, true
+}
+
+type fastParser struct {
+	b []byte
+	i int
+}
+
+// peekWS skips JSON whitespace and returns the next byte, 0 at the end (a
+// NUL byte in the header is never valid JSON outside a string, so every
+// caller falls back on it as on the end).
+func (p *fastParser) peekWS() byte {
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; c {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// byte consumes c after optional whitespace.
+func (p *fastParser) byte(c byte) bool {
+	if p.peekWS() != c {
+		return false
+	}
+	p.i++
+	return true
+}
+
+// str reads a string without escapes or control characters (bytes >= 0x80
+// are fine: the header was checked to be valid UTF-8).
+func (p *fastParser) str() (string, bool) {
+	b, ok := p.strBytes()
+	return string(b), ok
+}
+
+func (p *fastParser) strBytes() ([]byte, bool) {
+	if !p.byte('"') {
+		return nil, false
+	}
+	start := p.i
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			s := p.b[start:p.i]
+			p.i++
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		}
+		p.i++
+	}
+	return nil, false
+}
+
+// metadata reads null or an object of string values with unique keys.
+func (p *fastParser) metadata() (map[string]string, bool) {
+	switch p.peekWS() {
+	case 'n':
+		if len(p.b)-p.i >= 4 && string(p.b[p.i:p.i+4]) == "null" {
+			p.i += 4
+			return nil, true
+		}
+		return nil, false
+	case '{':
+		p.i++
+	default:
+		return nil, false
+	}
+	m := map[string]string{}
+	if p.peekWS() == '}' {
+		p.i++
+		return m, true
+	}
+	for {
+		k, ok := p.str()
+		if !ok || !p.byte(':') {
+			return nil, false
+		}
+		if _, dup := m[k]; dup {
+			return nil, false
+		}
+		v, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		c := p.peekWS()
+		p.i++
+		if c == '}' {
+			return m, true
+		}
+		if c != ',' {
+			return nil, false
+		}
+	}
+}
+
+// entry reads {"dtype":..,"shape":[..],"data_offsets":[a,b]} in any order,
+// each exactly once, and checks it as parseSlow's entry does.
+func (p *fastParser) entry(name string) (Entry, bool) {
+	e := Entry{Name: name}
+	if !p.byte('{') {
+		return e, false
+	}
+	var haveDType, haveShape, haveOffsets bool
+	for {
+		field, ok := p.strBytes()
+		if !ok || !p.byte(':') {
+			return e, false
+		}
+		switch string(field) {
+		case "dtype":
+			if haveDType {
+				return e, false
+			}
+			haveDType = true
+			d, ok := p.strBytes()
+			if !ok {
+				return e, false
+			}
+			e.DType = internDType(d)
+		case "shape":
+			if haveShape {
+				return e, false
+			}
+			haveShape = true
+			e.Shape = make([]int, 0, 4)
+			ok := p.ints(func(v int64) { e.Shape = append(e.Shape, int(v)) })
+			if !ok {
+				return e, false
+			}
+		case "data_offsets":
+			if haveOffsets {
+				return e, false
+			}
+			haveOffsets = true
+			n := 0
+			ok := p.ints(func(v int64) {
+				switch n {
+				case 0:
+					e.Begin = v
+				case 1:
+					e.End = v
+				}
+				n++
+			})
+			if !ok || n != 2 {
+				return e, false
+			}
+		default:
+			return e, false
+		}
+		c := p.peekWS()
+		p.i++
+		if c == '}' {
+			break
+		}
+		if c != ',' {
+			return e, false
+		}
+	}
+	if !haveDType || !haveShape || !haveOffsets {
+		return e, false
+	}
+	size, ok := DTypeSize(e.DType)
+	if !ok || e.End < e.Begin {
+		return e, false
+	}
+	n, err := ByteSize(e.Shape, size)
+	if err != nil || n != e.End-e.Begin {
+		return e, false
+	}
+	return e, true
+}
+
+// ints reads an array of integers 0 or [1-9][0-9]* that fit in an int64
+// (int is 64 bits wherever the worker runs; a dimension above MaxInt
+// falls back).
+func (p *fastParser) ints(add func(int64)) bool {
+	if !p.byte('[') {
+		return false
+	}
+	if p.peekWS() == ']' {
+		p.i++
+		return true
+	}
+	for {
+		if p.peekWS() == 0 {
+			return false
+		}
+		start := p.i
+		var v uint64
+		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			v = v*10 + uint64(p.b[p.i]-'0')
+			p.i++
+			if p.i-start > 18 { // 19+ digits may overflow: leave it to strconv
+				return false
+			}
+		}
+		if p.i == start || (p.b[start] == '0' && p.i-start > 1) || uint64(int(v)) != v || int(v) < 0 {
+			return false
+		}
+		add(int64(v))
+		c := p.peekWS()
+		p.i++
+		if c == ']' {
+			return true
+		}
+		if c != ',' {
+			return false
+		}
+	}
+}
+
+// internDType returns the codec's own string for a known dtype, so an
+// entry does not allocate one; unknown dtypes are copied.
+func internDType(b []byte) string {
+	for _, d := range dtypeNames {
+		if string(b) == d {
+			return d
+		}
+	}
+	return string(b)
+}
+
+var dtypeNames = func() []string {
+	out := KnownDTypes()
+	// F32 first: it is what the workers read.
+	for i, d := range out {
+		if d == "F32" {
+			out[0], out[i] = out[i], out[0]
+		}
+	}
+	return out
+}()
