@@ -12,6 +12,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
 	"github.com/rmsgrad/rmsgrad/storage/storetest"
 )
 
@@ -33,7 +34,7 @@ var benchSizes = []struct {
 // ratios.
 func BenchmarkFetch(b *testing.B) {
 	ctx := context.Background()
-	gw := gateway(b)
+	gw := benchGateway(b)
 	st := newStore(b, gw, nil)
 	r := newRouter(st)
 	mc := st.Client()
@@ -144,7 +145,7 @@ func BenchmarkFetch(b *testing.B) {
 // PUT options (unsigned payload), same run, same versitygw.
 func BenchmarkWrite(b *testing.B) {
 	ctx := context.Background()
-	gw := gateway(b)
+	gw := benchGateway(b)
 	st := newStore(b, gw, nil)
 	r := newRouter(st)
 	mc := st.Client()
@@ -229,4 +230,54 @@ func interleave(b *testing.B, size int64, raw, ours func(), hash *time.Duration)
 	b.ReportMetric(float64(size)*float64(n)/tRaw.Seconds()/1e6, "raw-MB/s")
 	b.ReportMetric(float64(size)*float64(n)/tOurs.Seconds()/1e6, "ours-MB/s")
 	b.ReportMetric(tRaw.Seconds()/tOurs.Seconds(), "ours/raw")
+}
+
+// BenchmarkFetchAllocs shows where a 32 KiB fetch allocates: Router.Fetch
+// (what BenchmarkFetch measures), the store's ReadAtSized alone, both
+// under a cancellable context (the fast path then arms a context.AfterFunc
+// per GET), and Router.Fetch with the fast path off (minio-go and
+// net/http).
+func BenchmarkFetchAllocs(b *testing.B) {
+	ctx := context.Background()
+	gw := benchGateway(b)
+	st := newStore(b, gw, nil)
+	off := newStore(b, gw, func(c *s3.Config) { c.DisableFastReads = true })
+	r := newRouter(st)
+	uri := "s3://data/t/bench-allocs.safetensors"
+	x := storage.OutTensor{Name: "x", DType: "F32", Shape: []int{8, 1024}, Data: storetest.Pattern(1, 8*1024*4)}
+	if _, err := r.Write(ctx, uri, []storage.OutTensor{{Name: "w", DType: "F32", Shape: []int{1024}, Data: storetest.Pattern(2, 1024*4)}, x}, nil); err != nil {
+		b.Fatal(err)
+	}
+	h, err := r.Head(ctx, uri+"#x")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ti := storage.TensorInfo{Ref: h.Ref, DType: h.DType, Shape: h.Shape, Offset: h.Offset, Size: h.Size, ETag: h.ETag, ObjectSize: h.ObjectSize}
+	dst := make([]byte, ti.Size)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"router", func() error { return r.Fetch(ctx, ti, dst) }},
+		{"store", func() error { return st.ReadAtSized(ctx, ti.Ref, ti.ETag, dst, ti.Offset, ti.ObjectSize) }},
+		{"router-cancelctx", func() error { return r.Fetch(cctx, ti, dst) }},
+		{"store-cancelctx", func() error { return st.ReadAtSized(cctx, ti.Ref, ti.ETag, dst, ti.Offset, ti.ObjectSize) }},
+		{"router-fastoff", func() error { return newRouter(off).Fetch(ctx, ti, dst) }},
+	} {
+		b.Run("size=32KiB/path="+c.name, func(b *testing.B) {
+			b.SetBytes(ti.Size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if !bytes.Equal(dst, x.Data) {
+				b.Fatal("fetched other bytes")
+			}
+		})
+	}
 }

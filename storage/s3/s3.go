@@ -65,15 +65,25 @@ type Config struct {
 	// transport default (16) makes busy workers dial and close a connection
 	// per request.
 	MaxIdleConns int
-	// Transport overrides the HTTP transport (tests); nil builds one from the
-	// fields above.
+	// Transport overrides the HTTP transport of minio-go's requests (tests);
+	// nil builds one from the fields above. The read fast path dials its
+	// own connections.
 	Transport http.RoundTripper
+	// DisableFastReads sends every GET through minio-go and net/http. By
+	// default the store's GETs and range GETs go through a minimal
+	// HTTP/1.1 client (fastget.go) that allocates nothing per request, and
+	// fall back to minio-go per request for answers it does not handle. It
+	// is off anyway when an HTTP proxy applies to the endpoint or the
+	// endpoint is one minio-go addresses virtual-host style (AWS, GCS,
+	// Aliyun).
+	DisableFastReads bool
 }
 
 // Store is the S3 store.
 type Store struct {
 	core    minio.Core // writes: minio-go's own signing
 	rcore   minio.Core // reads (GET, HEAD): signed by readSigner, see sign.go
+	fast    *fastGet   // GETs; nil: off (see Config.DisableFastReads)
 	allow   []AllowRule
 	part    uint64
 	backoff storage.Backoff
@@ -104,6 +114,21 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
 		return nil, errors.New("s3: access key and secret key go together")
 	}
+	var tlsCfg *tls.Config
+	if cfg.CAFile != "" {
+		if !cfg.TLS {
+			return nil, errors.New("s3: ca_file is set but TLS is off")
+		}
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("s3: ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("s3: ca_file %s holds no PEM certificates", cfg.CAFile)
+		}
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	}
 	tr := cfg.Transport
 	if tr == nil {
 		t, err := minio.DefaultTransport(cfg.TLS)
@@ -115,22 +140,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			idle = 256
 		}
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = idle, idle
-		if cfg.CAFile != "" {
-			if !cfg.TLS {
-				return nil, errors.New("s3: ca_file is set but TLS is off")
-			}
-			pem, err := os.ReadFile(cfg.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("s3: ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("s3: ca_file %s holds no PEM certificates", cfg.CAFile)
-			}
+		if tlsCfg != nil {
 			if t.TLSClientConfig == nil {
 				t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 			}
-			t.TLSClientConfig.RootCAs = pool
+			t.TLSClientConfig.RootCAs = tlsCfg.RootCAs
+		}
+		if t.TLSClientConfig != nil {
+			tlsCfg = t.TLSClientConfig
 		}
 		tr = t
 	}
@@ -167,8 +184,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	rc := c
+	var keys *dayKeys
 	if cfg.AccessKey != "" {
-		rs := &readSigner{next: tr, access: cfg.AccessKey, secret: cfg.SecretKey, region: region}
+		keys = &dayKeys{secret: cfg.SecretKey, region: region}
+		rs := &readSigner{next: tr, access: cfg.AccessKey, region: region, keys: keys}
 		if rc, err = client(credentials.New(&credentials.Static{}), rs); err != nil {
 			return nil, err
 		}
@@ -181,8 +200,29 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if stall <= 0 {
 		stall = 30 * time.Second
 	}
-	return &Store{core: minio.Core{Client: c}, rcore: minio.Core{Client: rc}, allow: cfg.Allow, part: cfg.PartSize, backoff: b,
-		stall: stall, sign: cfg.SignPayload, host: cfg.Endpoint}, nil
+	st := &Store{core: minio.Core{Client: c}, rcore: minio.Core{Client: rc}, allow: cfg.Allow, part: cfg.PartSize, backoff: b,
+		stall: stall, sign: cfg.SignPayload, host: cfg.Endpoint}
+	if !cfg.DisableFastReads && fastReadsApply(c, tr) {
+		st.fast = newFastGet(cfg, region, tlsCfg, keys, stall)
+	}
+	return st, nil
+}
+
+// fastReadsApply says whether the read fast path can send what minio-go
+// would: not through a proxy (HTTP_PROXY and the like), not virtual-host
+// style.
+func fastReadsApply(c *minio.Client, tr http.RoundTripper) bool {
+	u := c.EndpointURL()
+	if s3utils.IsAmazonEndpoint(*u) || s3utils.IsGoogleEndpoint(*u) || s3utils.IsAliyunOSSEndpoint(*u) {
+		return false
+	}
+	if t, ok := tr.(*http.Transport); ok && t.Proxy != nil {
+		p, err := t.Proxy(&http.Request{Method: http.MethodGet, URL: u, Host: u.Host})
+		if err != nil || p != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Client returns the underlying minio-go client (benchmarks compare with it).
@@ -199,10 +239,15 @@ func (s *Store) Check(ref storage.Ref, write bool) error {
 	if err := s3utils.CheckValidObjectName(ref.Key); err != nil {
 		return storage.Errorf(storage.ErrInvalidURI, "object key: %v", err)
 	}
-	for _, seg := range strings.Split(ref.Key, "/") {
+	for rest := ref.Key; ; {
+		seg, after, more := strings.Cut(rest, "/")
 		if seg == "" || seg == "." || seg == ".." {
 			return storage.Errorf(storage.ErrNotAllowed, "key %q has an empty, . or .. segment", ref.Key)
 		}
+		if !more {
+			break
+		}
+		rest = after
 	}
 	bucketListed := false
 	for _, a := range s.allow {
@@ -243,6 +288,9 @@ func (t *transient) Error() string { return t.err.Error() }
 func (t *transient) Unwrap() error { return t.err }
 
 func retryable(err error) bool {
+	if err == nil {
+		return false // t below escapes to the heap: not on the success path
+	}
 	var t *transient
 	return errors.As(err, &t)
 }
@@ -355,6 +403,12 @@ func (s *Store) ReadPrefix(ctx context.Context, ref storage.Ref, p []byte) (int,
 	var n int
 	var info storage.ObjectInfo
 	err := s.retry(ctx, func(ctx context.Context) error {
+		if s.fast != nil {
+			var err error
+			if n, info, err = s.fastPrefix(ctx, ref, p); err != errFallback {
+				return err
+			}
+		}
 		var opts minio.GetObjectOptions
 		if err := opts.SetRange(0, int64(len(p))-1); err != nil {
 			return err
@@ -450,6 +504,15 @@ func (s *Store) read(ctx context.Context, ref storage.Ref, etag string, p []byte
 		} else if err := opts.SetRange(start, off+int64(len(p))-1); err != nil {
 			return err
 		}
+		if s.fast != nil {
+			to := int64(-1)
+			if skip == 0 {
+				to = off + int64(len(p)) - 1
+			}
+			if err := s.fastRead(ctx, ref, &pin, p, &done, start-skip, to, want, skip); err != errFallback {
+				return err
+			}
+		}
 		if pin != "" {
 			if err := opts.SetMatchETag(pin); err != nil {
 				return err
@@ -501,6 +564,111 @@ func (s *Store) read(ctx context.Context, ref storage.Ref, etag string, p []byte
 		}
 		return nil
 	})
+}
+
+// fastPrefix is one ReadPrefix attempt on the fast path.
+func (s *Store) fastPrefix(ctx context.Context, ref storage.Ref, p []byte) (int, storage.ObjectInfo, error) {
+	c, err := s.fast.open(ctx, ref.Bucket, ref.Key, 0, int64(len(p))-1, "")
+	if err != nil {
+		if err == errFallback {
+			return 0, storage.ObjectInfo{}, err
+		}
+		err = s.fastErr(ctx, err, "GET")
+		if errors.Is(err, storage.ErrShortRead) {
+			// 416: a range of an empty object; one HEAD (retried by
+			// the caller's loop, not a nested one) gives its size and version.
+			oi, serr := s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
+			if serr != nil {
+				return 0, storage.ObjectInfo{}, classify(serr)
+			}
+			return 0, storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}, nil
+		}
+		return 0, storage.ObjectInfo{}, err
+	}
+	ok := false
+	defer func() { s.fast.release(c, ok) }()
+	total := c.clen
+	if c.badCR {
+		return 0, storage.ObjectInfo{}, storage.Errorf(storage.ErrRejected, "GET of the object's start: malformed Content-Range")
+	} else if c.total >= 0 {
+		total = c.total
+	}
+	want := min(int64(len(p)), total)
+	if c.clen < want {
+		return 0, storage.ObjectInfo{}, storage.Errorf(storage.ErrShortRead, "GET of the object's start returned %d bytes, want %d", c.clen, want)
+	}
+	got, err := s.fast.read(ctx, c, p[:want])
+	if err != nil {
+		e := s.fastErr(ctx, err, "GET body")
+		if retryable(e) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, storage.ObjectInfo{}, &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, got, want, e)}
+		}
+		return 0, storage.ObjectInfo{}, e
+	}
+	ok = true
+	return got, storage.ObjectInfo{Size: total, ETag: c.etagString()}, nil
+}
+
+// fastRead is one attempt of read on the fast path: a GET from start (to
+// to, or a plain GET when to < 0) whose first skip bytes are dropped and
+// whose body must be want bytes, into p from *done on. *pin is set from the
+// first answer so that a resumed read continues the same version.
+func (s *Store) fastRead(ctx context.Context, ref storage.Ref, pin *string, p []byte, done *int, start, to, want, skip int64) error {
+	c, err := s.fast.open(ctx, ref.Bucket, ref.Key, start, to, *pin)
+	if err != nil {
+		if err == errFallback {
+			return err
+		}
+		return s.fastErr(ctx, err, "GET")
+	}
+	ok := false
+	defer func() { s.fast.release(c, ok) }()
+	if *pin == "" {
+		*pin = c.etagString()
+	}
+	switch {
+	case c.clen < want:
+		return storage.Errorf(storage.ErrShortRead, "GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", start, c.clen, want)
+	case c.clen > want:
+		return storage.Errorf(storage.ErrRejected, "GET at offset %d returned %d bytes, want %d: the server ignored the Range header", start, c.clen, want)
+	}
+	if skip > 0 {
+		if err := s.fast.discard(ctx, c, skip); err != nil {
+			e := s.fastErr(ctx, err, "GET body")
+			if retryable(e) {
+				return &transient{fmt.Errorf("%w: body cut off in the %d-byte prefix: %w", storage.ErrShortRead, skip, e)}
+			}
+			return e
+		}
+	}
+	n, err := s.fast.read(ctx, c, p[*done:])
+	*done += n
+	if err != nil {
+		e := s.fastErr(ctx, err, "GET body")
+		if retryable(e) {
+			return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, *done, len(p), e)}
+		}
+		return e
+	}
+	ok = true
+	return nil
+}
+
+// fastErr classifies a fast-path error as attemptErr does a minio-go one:
+// the caller's cancellation as is, a deadline that the stall timeout set
+// as a transient stall.
+func (s *Store) fastErr(ctx context.Context, err error, what string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return context.DeadlineExceeded
+		}
+		return &transient{fmt.Errorf("%w: %s: no bytes for %v", storage.ErrUnavailable, what, s.stall)}
+	}
+	return classify(err)
 }
 
 // attemptErr classifies the error of one attempt run under actx, a child

@@ -24,13 +24,10 @@ import (
 // the HMAC state is reused. Writes keep minio-go's own signer (multipart,
 // optional payload signing).
 type readSigner struct {
-	next                   http.RoundTripper
-	access, secret, region string
-
-	mu   sync.Mutex
-	day  string // yyyymmdd the key is for
-	key  []byte
-	macs sync.Pool // of *dayMAC
+	next           http.RoundTripper
+	access, region string
+	keys           *dayKeys
+	macs           sync.Pool // of *dayMAC
 }
 
 type dayMAC struct {
@@ -43,18 +40,6 @@ const (
 	amzDate         = "20060102T150405Z"
 	unsignedPayload = "UNSIGNED-PAYLOAD"
 )
-
-func (s *readSigner) signingKey(day string) []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.day != day {
-		k := hmacSum([]byte("AWS4"+s.secret), day)
-		k = hmacSum(k, s.region)
-		k = hmacSum(k, "s3")
-		s.key, s.day = hmacSum(k, "aws4_request"), day
-	}
-	return s.key
-}
 
 func hmacSum(key []byte, data string) []byte {
 	m := hmac.New(sha256.New, key)
@@ -81,7 +66,7 @@ func (s *readSigner) RoundTrip(r *http.Request) (*http.Response, error) {
 
 	m, _ := s.macs.Get().(*dayMAC)
 	if m == nil || m.day != day {
-		m = &dayMAC{day: day, h: hmac.New(sha256.New, s.signingKey(day)), buf: make([]byte, 0, 512)}
+		m = &dayMAC{day: day, h: hmac.New(sha256.New, s.keys.get(day)), buf: make([]byte, 0, 512)}
 	}
 	defer s.macs.Put(m)
 
