@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,6 +69,8 @@ type Handler struct {
 	// once: WithLabelValues hashes the label and locks the vector on every
 	// call (six times a job).
 	stage map[string]prometheus.Observer
+	// jobsOK is rmsgrad_jobs_total{outcome="ok"}, looked up once.
+	jobsOK prometheus.Counter
 }
 
 // NewHandler checks cfg and returns a Handler.
@@ -85,6 +86,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		cfg.Logger = slog.Default()
 	}
 	h := &Handler{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, stage: map[string]prometheus.Observer{}}
+	h.jobsOK = cfg.Metrics.Jobs.WithLabelValues(OutcomeOK)
 	for _, st := range []string{StageQueueWait, StageFetch, StageBatchWait, StageCompute, StageStore, StageTotal} {
 		h.stage[st] = cfg.Metrics.Stage.WithLabelValues(st)
 	}
@@ -104,7 +106,6 @@ func (h *Handler) Register(mux *asynq.ServeMux) { mux.Handle(TaskType, h) }
 // ProcessTask implements asynq.Handler.
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	id, _ := asynq.GetTaskID(ctx)
-	log := h.log.With("task_id", id)
 	res, err := h.process(ctx, id, t.Payload(), t.ResultWriter())
 	outcome := OutcomeOK
 	switch {
@@ -116,13 +117,20 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	default:
 		outcome = OutcomeRetry
 	}
-	h.m.Jobs.WithLabelValues(outcome).Inc()
+	if outcome == OutcomeOK {
+		h.jobsOK.Inc()
+	} else {
+		h.m.Jobs.WithLabelValues(outcome).Inc()
+	}
+	// LogAttrs with the task's id as a plain attribute: Logger.With would
+	// build (and the JSON handler pre-format) a logger per job.
 	if err != nil {
-		log.Warn("job failed", "outcome", outcome, "err", err)
+		h.log.LogAttrs(ctx, slog.LevelWarn, "job failed", slog.String("task_id", id), slog.String("outcome", outcome), slog.Any("err", err))
 		return err
 	}
-	log.Info("job done", "out", res.Out, "rows", res.Rows, "dim", res.Dim, "batch_id", res.BatchID,
-		"batch_jobs", res.BatchJobs, "total_ms", res.Timings.Total)
+	h.log.LogAttrs(ctx, slog.LevelInfo, "job done", slog.String("task_id", id), slog.String("out", res.Out),
+		slog.Int("rows", res.Rows), slog.Int("dim", res.Dim), slog.String("batch_id", res.BatchID),
+		slog.Int("batch_jobs", res.BatchJobs), slog.Float64("total_ms", res.Timings.Total))
 	return nil
 }
 
@@ -317,7 +325,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	res.Timings = tm
 	h.stage[StageTotal].Observe(time.Since(start).Seconds())
 	if rw != nil {
-		b, err := json.Marshal(res)
+		b, err := res.marshal()
 		if err != nil {
 			return nil, jobErr(id, "", "", fmt.Errorf("encode result: %w", err))
 		}

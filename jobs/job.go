@@ -89,6 +89,24 @@ func Decode(payload []byte) (Job, error) {
 	if len(payload) > MaxPayloadBytes {
 		return j, fieldErr("payload", "%d bytes, limit %d", len(payload), MaxPayloadBytes)
 	}
+	j, ok := decodeFast(payload)
+	if !ok {
+		var err error
+		if j, err = decodeSlow(payload); err != nil {
+			return Job{}, err
+		}
+	}
+	if err := j.Validate(); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// decodeSlow is the reference decoder, on encoding/json: it reports every
+// way a payload can be malformed. Decode runs it when decodeFast does not
+// accept the payload.
+func decodeSlow(payload []byte) (Job, error) {
+	var j Job
 	if err := checkKeys(payload); err != nil {
 		return Job{}, err
 	}
@@ -99,9 +117,6 @@ func Decode(payload []byte) (Job, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Job{}, fieldErr("payload", "trailing data after the JSON object")
-	}
-	if err := j.Validate(); err != nil {
-		return Job{}, err
 	}
 	return j, nil
 }
