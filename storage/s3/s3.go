@@ -4,18 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -772,12 +768,13 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 			// does: faults TestKillMidBatch). A CRC32C of the whole body in
 			// a header makes the server refuse a body that does not match,
 			// so a reader never sees half an output. CRC32C runs at memory
-			// speed (SSE4.2), a small cost next to the PUT.
-			sum, err := crc32c(io.NewSectionReader(ra, start, size))
+			// speed (SSE4.2), and all but the first 4 KiB of a Write body
+			// are summed while Write still hashes the tensors (checksum.go).
+			sum, err := crc32cAt(ra, start, size)
 			if err != nil {
 				return fmt.Errorf("checksum body: %w", err)
 			}
-			opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": sum}
+			opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": crc32cHeader(sum)}
 		}
 		_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, opts)
 		return classify(err)
@@ -793,8 +790,9 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 // bytes a Write body releases last), then the completion that makes the
 // object visible at once. A failed attempt aborts its upload.
 func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.SectionReader, bounds []int64) (err error) {
-	// Checksums as minio-go's own multipart upload sends them: a CRC32C
-	// of each part in its trailer, their composite at completion.
+	// Checksums as minio-go's own multipart upload sends them, a CRC32C of
+	// each part and their composite at completion, but each part's in a
+	// header (checksum.go): the part goes up plain, not aws-chunked.
 	id, err := s.core.NewMultipartUpload(ctx, ref.Bucket, ref.Key, minio.PutObjectOptions{ContentType: "application/octet-stream",
 		UserMetadata: map[string]string{"x-amz-checksum-algorithm": minio.ChecksumCRC32C.String()}})
 	if err != nil {
@@ -825,15 +823,19 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 					break
 				}
 				off, end := bounds[i], bounds[i+1]
-				key := minio.ChecksumCRC32C.Key()
-				h := crc32.New(castagnoli)
-				trailer := make(http.Header, 1) // a value of the final length: minio-go sizes the body with it
-				trailer.Set(key, base64.StdEncoding.EncodeToString(h.Sum(nil)))
-				part := &crcReader{r: io.NewSectionReader(body, off, end-off), h: h, done: func(sum []byte) {
-					trailer.Set(key, base64.StdEncoding.EncodeToString(sum))
-				}}
-				p, err := s.core.PutObjectPart(pctx, ref.Bucket, ref.Key, id, i+1, part, end-off,
-					minio.PutObjectPartOptions{DisableContentSha256: !s.sign, Trailer: trailer})
+				sum, err := crc32cAt(body, off, end-off)
+				if err != nil {
+					cancel()
+					errs <- fmt.Errorf("part %d of %d (bytes %d-%d): checksum: %w", i+1, n, off, end-1, err)
+					return
+				}
+				crc := crc32cHeader(sum)
+				hdr := http.Header{minio.ChecksumCRC32C.Key(): []string{crc}}
+				p, err := s.core.PutObjectPart(pctx, ref.Bucket, ref.Key, id, i+1, io.NewSectionReader(body, off, end-off), end-off,
+					minio.PutObjectPartOptions{DisableContentSha256: !s.sign, CustomHeader: hdr})
+				if err == nil && p.ChecksumCRC32C == "" {
+					p.ChecksumCRC32C = crc // the server checked it; not every server echoes it
+				}
 				if err != nil {
 					cancel()
 					errs <- fmt.Errorf("part %d of %d (bytes %d-%d): %w", i+1, n, off, end-1, classify(err))
@@ -867,39 +869,4 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 		return classify(err)
 	}
 	return nil
-}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// crc32c is the base64 of the big-endian CRC32C of r's bytes, the form of
-// S3's x-amz-checksum-crc32c header.
-func crc32c(r io.Reader) (string, error) {
-	h := crc32.New(castagnoli)
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
-	if _, err := io.CopyBuffer(h, r, *buf); err != nil {
-		return "", err
-	}
-	return base64.StdEncoding.EncodeToString(h.Sum(nil)), nil
-}
-
-// copyBufs holds crc32c's read buffers: a fresh 32 KiB per PUT is the
-// size of a small output.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
-
-// crcReader hashes what is read through it and hands the sum to done at
-// EOF (the part's trailer is sent after the body).
-type crcReader struct {
-	r    io.Reader
-	h    hash.Hash32
-	done func([]byte)
-}
-
-func (c *crcReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.h.Write(p[:n])
-	if err == io.EOF {
-		c.done(c.h.Sum(nil))
-	}
-	return n, err
 }

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -394,5 +398,34 @@ func TestMultipartChecksum(t *testing.T) {
 	}
 	if oi.ChecksumCRC32C == "" {
 		t.Errorf("the object has no CRC32C checksum (ETag %q, checksum mode %q): the parts went up without one", oi.ETag, oi.ChecksumMode)
+	}
+}
+
+// TestPartChecksumChecked: the server checks the CRC32C header a
+// multipart part carries (the store's parts send theirs in a header, not
+// a trailer): a part whose bytes do not match is refused.
+func TestPartChecksumChecked(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	st := newStore(t, gw, nil)
+	core := minio.Core{Client: st.Client()}
+	id, err := core.NewMultipartUpload(ctx, "data", "t/badpart", minio.PutObjectOptions{UserMetadata: map[string]string{"x-amz-checksum-algorithm": "CRC32C"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer core.AbortMultipartUpload(ctx, "data", "t/badpart", id)
+	data := bytes.Repeat([]byte("rmsgrad"), 1000)
+	good := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
+	for _, c := range []struct {
+		sum uint32
+		ok  bool
+	}{{good, true}, {good ^ 1, false}} {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], c.sum)
+		hdr := http.Header{"X-Amz-Checksum-Crc32c": []string{base64.StdEncoding.EncodeToString(b[:])}}
+		_, err := core.PutObjectPart(ctx, "data", "t/badpart", id, 1, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{DisableContentSha256: true, CustomHeader: hdr})
+		if (err == nil) != c.ok {
+			t.Errorf("part with CRC32C %08x (right: %08x): err = %v", c.sum, good, err)
+		}
 	}
 }
