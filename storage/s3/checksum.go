@@ -3,6 +3,7 @@ package s3
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"io"
 	"sync"
@@ -119,4 +120,83 @@ func gf2Square(square, mat *[32]uint32) {
 	for n := range 32 {
 		square[n] = gf2Times(mat, mat[n])
 	}
+}
+
+// seekWriterTo is a body that can hand its bytes to a writer without a
+// copy (storage.Segments writes the compute buffers themselves).
+type seekWriterTo interface {
+	io.Seeker
+	io.WriterTo
+}
+
+// crc32cTo is crc32cAt for a body that is a seekWriterTo positioned at
+// off: the bytes past the head are summed straight from the body's own
+// buffers (no copy into a read buffer), then the position is restored.
+func crc32cTo(r seekWriterTo, ra io.ReaderAt, off, n int64) (uint32, error) {
+	split := min(n, crcHeadSplit)
+	w := &rangeCRC{bounds: []int64{off + split, off + n}, at: off + split, sums: make([]uint32, 1)}
+	if err := w.run(r, off); err != nil {
+		return 0, err
+	}
+	head, err := crc32cRange(ra, off, split)
+	if err != nil {
+		return 0, err
+	}
+	return crc32cCombine(head, w.sums[0], n-split), nil
+}
+
+// rangeCRC sums a body written through it from bounds[0] on into one
+// CRC32C per range [bounds[i], bounds[i+1]), closing ready[i] (when set)
+// as each one is complete.
+type rangeCRC struct {
+	bounds []int64
+	at     int64 // absolute position of the next byte
+	i      int   // range being summed
+	sums   []uint32
+	ready  []chan struct{}
+}
+
+func (w *rangeCRC) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 && w.i < len(w.sums) {
+		k := min(int64(len(p)), w.bounds[w.i+1]-w.at)
+		w.sums[w.i] = crc32.Update(w.sums[w.i], castagnoli, p[:k])
+		p, w.at = p[k:], w.at+k
+		w.advance()
+	}
+	if w.i == len(w.sums) {
+		return n, errSummed // stop the body's WriteTo at the last range's end
+	}
+	return n, nil
+}
+
+// advance marks the ranges that end at w.at complete.
+func (w *rangeCRC) advance() {
+	for w.i < len(w.sums) && w.at == w.bounds[w.i+1] {
+		if w.ready != nil {
+			close(w.ready[w.i])
+		}
+		w.i++
+	}
+}
+
+var errSummed = errors.New("summed")
+
+// run writes r from w's first bound to its last through w and puts r back
+// at home. An error leaves the ranges not yet complete unready.
+func (w *rangeCRC) run(r seekWriterTo, home int64) error {
+	defer r.Seek(home, io.SeekStart)
+	if w.advance(); w.i == len(w.sums) {
+		return nil
+	}
+	if _, err := r.Seek(w.bounds[0], io.SeekStart); err != nil {
+		return err
+	}
+	if _, err := r.WriteTo(w); err != nil && err != errSummed {
+		return err
+	}
+	if w.i < len(w.sums) {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
 }

@@ -10,19 +10,28 @@
 // whole objects faster; see ReadAtSized). A transfer cut off or stalled
 // mid-body (Config.StallTimeout) resumes with a range GET of the remainder
 // pinned by If-Match to the version it started on, so a retried read never
-// mixes two versions and never returns a short tensor. GET and HEAD are
-// signed by readSigner (sign.go), which derives the SigV4 key once a day
-// instead of per request.
+// mixes two versions and never returns a short tensor. The GETs go through
+// a minimal HTTP/1.1 client (fastget.go) over a pool of keep-alive
+// connections that allocates nothing per request; answers it does not
+// handle (redirects, chunked or unsized bodies, unparsable heads) are sent
+// again through minio-go, and error answers are decoded into the same
+// minio.ErrorResponse, so retries and error classes are the same on both
+// paths. Config.DisableFastReads turns it off. HEAD and the GETs of the
+// minio-go path are signed by readSigner (sign.go); both signers derive
+// the SigV4 key once a day instead of per request.
 //
 // Writes are one PUT, or a multipart upload above Config.PartSize (16 MiB
 // by default); both become visible only when complete. A multipart upload
 // of a Write body (io.ReaderAt) is the store's own: parts 2..N go up first,
 // 4 at a time, straight from the compute buffers, while Write hashes the
 // tensors, and part 1, which holds the header with the sha256s, is the S3
-// minimum of 5 MiB and goes last; each part carries a CRC32C trailer and
+// minimum of 5 MiB and goes last; each part carries a CRC32C header and
 // the completion their composite, as minio-go's own multipart upload
-// does. Payloads go unsigned unless
-// Config.SignPayload (Write records a sha256 per tensor).
+// does (with trailers). A single PUT carries the CRC32C of its whole body
+// in a header, so a body cut short is refused rather than stored; the
+// sums are taken from the compute buffers while Write still hashes
+// (checksum.go). Payloads go unsigned unless Config.SignPayload (Write
+// records a sha256 per tensor).
 //
 // Transient failures (5xx, 429/SlowDown, stalls, timeouts, refused or reset
 // connections, bodies cut short) are retried with storage.Retry (capped

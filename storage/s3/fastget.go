@@ -154,6 +154,7 @@ func (f *fastGet) dial(ctx context.Context) (*fconn, error) {
 	}
 	if f.tls != nil {
 		tc := tls.Client(nc, f.tls)
+		nc.SetDeadline(time.Now().Add(f.stall)) // a server that accepts and says nothing is a stall
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, err

@@ -745,7 +745,7 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 	err := storage.Retry(ctx, b, retryable, func(ctx context.Context) error {
 		if canRewind && isReaderAt && bounds != nil {
 			attempt++
-			return s.putMultipart(ctx, ref, io.NewSectionReader(ra, start, size), bounds)
+			return s.putMultipart(ctx, ref, r, start, io.NewSectionReader(ra, start, size), bounds)
 		}
 		if attempt++; attempt > 1 {
 			if _, err := seeker.Seek(start, io.SeekStart); err != nil {
@@ -770,7 +770,13 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 			// so a reader never sees half an output. CRC32C runs at memory
 			// speed (SSE4.2), and all but the first 4 KiB of a Write body
 			// are summed while Write still hashes the tensors (checksum.go).
-			sum, err := crc32cAt(ra, start, size)
+			var sum uint32
+			var err error
+			if wt, ok := r.(seekWriterTo); ok {
+				sum, err = crc32cTo(wt, ra, start, size)
+			} else {
+				sum, err = crc32cAt(ra, start, size)
+			}
 			if err != nil {
 				return fmt.Errorf("checksum body: %w", err)
 			}
@@ -789,7 +795,7 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 // bounds: parts 2..N first, uploadThreads at a time, then part 1 (the
 // bytes a Write body releases last), then the completion that makes the
 // object visible at once. A failed attempt aborts its upload.
-func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.SectionReader, bounds []int64) (err error) {
+func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, r io.Reader, start int64, body *io.SectionReader, bounds []int64) (err error) {
 	// Checksums as minio-go's own multipart upload sends them, a CRC32C of
 	// each part and their composite at completion, but each part's in a
 	// header (checksum.go): the part goes up plain, not aws-chunked.
@@ -806,6 +812,20 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 		}
 	}()
 	n := len(bounds) - 1
+	// Parts 2..N are summed in one pass straight from the body's buffers
+	// when it can write itself out (storage.Segments), as they go up;
+	// part 1, which holds the header, is summed by its uploader.
+	wt, _ := r.(seekWriterTo)
+	var sums *rangeCRC
+	if wt != nil && n > 1 {
+		sums = &rangeCRC{bounds: make([]int64, n), at: start + bounds[1], sums: make([]uint32, n-1), ready: make([]chan struct{}, n-1)}
+		for i := range sums.ready {
+			sums.ready[i] = make(chan struct{})
+		}
+		for i := range sums.bounds {
+			sums.bounds[i] = start + bounds[i+1]
+		}
+	}
 	parts := make([]minio.ObjectPart, n)
 	order := make(chan int, n)
 	for i := 1; i < n; i++ {
@@ -815,6 +835,21 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 	close(order)
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if sums != nil {
+		passDone := make(chan error, 1)
+		go func() {
+			perr := sums.run(wt, start)
+			if perr != nil {
+				cancel() // parts waiting for a sum give up
+			}
+			passDone <- perr
+		}()
+		defer func() {
+			if perr := <-passDone; perr != nil {
+				err = fmt.Errorf("checksum parts: %w", perr)
+			}
+		}()
+	}
 	errs := make(chan error, uploadThreads)
 	for range min(uploadThreads, n) {
 		go func() {
@@ -823,7 +858,18 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, body *io.Sect
 					break
 				}
 				off, end := bounds[i], bounds[i+1]
-				sum, err := crc32cAt(body, off, end-off)
+				var sum uint32
+				var err error
+				if sums != nil && i > 0 {
+					select {
+					case <-sums.ready[i-1]:
+						sum = sums.sums[i-1]
+					case <-pctx.Done():
+						err = pctx.Err()
+					}
+				} else {
+					sum, err = crc32cAt(body, off, end-off)
+				}
 				if err != nil {
 					cancel()
 					errs <- fmt.Errorf("part %d of %d (bytes %d-%d): checksum: %w", i+1, n, off, end-1, err)
