@@ -16,9 +16,9 @@ import (
 // overheadMethod explains analyzeCPUProfile in the report.
 const overheadMethod = "per-job overhead method: the in-process small run's CPU profile (runtime/pprof, 100 Hz, user+sys time " +
 	"of every goroutine) is split by stack: **compute** = any frame under compute.(*CommandBuffer).Commit or the cpu " +
-	"backend's kernel goroutines; **network** = any frame in minio-go, net/http, net, crypto/tls, golang.org/x/net, go-redis, " +
+	"backend's kernel goroutines; **network** = any frame in the S3 client (storage/s3 and minio-go), net/http, net, crypto/tls, golang.org/x/net, go-redis, " +
 	"syscall, internal/poll or the runtime's netpoller (the kernel's time in a syscall is charged to its syscall frame, so " +
-	"it falls here); **overhead** = every other sample: rmsgrad's own code (handler, batcher, router, codec, buffers, logs, " +
+	"it falls here); **overhead** = every other sample: rmsgrad's own code (handler, batcher, router, codec, buffers, sha256 of the outputs, logs, " +
 	"metrics), asynq's own code, and the Go runtime's GC and scheduler (which the allocations and goroutines cause). " +
 	"Overhead per job = overhead CPU time / jobs."
 
@@ -78,6 +78,10 @@ var (
 	networkPrefixes = []string{
 		"github.com/minio/minio-go/", "net/http.", "net.", "crypto/tls.", "golang.org/x/net/", "vendor/golang.org/x/net/",
 		"github.com/redis/go-redis/", "syscall.", "internal/poll.", "runtime.netpoll", "internal/runtime/syscall.",
+		// storage/s3 is the worker's S3 client: since ec8698a its GETs run
+		// on its own HTTP/1.1 client (request, SigV4, response parsing)
+		// instead of minio-go's, which was counted here all along.
+		"github.com/rmsgrad/rmsgrad/storage/s3.",
 	}
 )
 

@@ -18,6 +18,8 @@ func TestClassify(t *testing.T) {
 		{[]string{"crypto/sha256.Sum256", "github.com/rmsgrad/rmsgrad/compute.(*CommandBuffer).Commit", "github.com/rmsgrad/rmsgrad/jobs.(*Batcher).run"}, "compute"},
 		{[]string{"internal/runtime/syscall/linux.Syscall6", "syscall.Syscall", "net.(*conn).Read", "github.com/rmsgrad/rmsgrad/storage/s3.(*Store).read"}, "network"},
 		{[]string{"runtime.mallocgc", "github.com/minio/minio-go/v7/pkg/signer.signV4", "github.com/rmsgrad/rmsgrad/storage/s3.(*Store).Put"}, "network"},
+		{[]string{"crypto/hmac.New", "github.com/rmsgrad/rmsgrad/storage/s3.(*fastGet).sign", "github.com/rmsgrad/rmsgrad/storage.(*Router).Head"}, "network"},
+		{[]string{"runtime.memmove", "github.com/rmsgrad/rmsgrad/storage.(*Router).Fetch", "github.com/rmsgrad/rmsgrad/jobs.(*Handler).process"}, "rmsgrad"},
 		{[]string{"github.com/redis/go-redis/v9.(*baseClient).process", "github.com/hibiken/asynq/internal/rdb.(*RDB).Done"}, "network"},
 		{[]string{"runtime.mallocgc", "github.com/rmsgrad/rmsgrad/jobs.checkFinite", "github.com/hibiken/asynq.(*processor).exec"}, "rmsgrad"},
 		{[]string{"google.golang.org/protobuf/proto.Marshal", "github.com/hibiken/asynq/internal/base.EncodeMessage"}, "asynq"},
