@@ -85,6 +85,19 @@ func BenchmarkFetch(b *testing.B) {
 				b.Fatal("fetched other bytes")
 			}
 		})
+		b.Run(fmt.Sprintf("size=%s/impl=ours-ctx", sz.name), func(b *testing.B) {
+			// A worker's context can be cancelled: the fast path then
+			// arms a context.AfterFunc per GET.
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			b.SetBytes(ti.Size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.Fetch(cctx, ti, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("size=%s/impl=pair", sz.name), func(b *testing.B) {
 			interleave(b, ti.Size, func() {
 				obj, err := mc.GetObject(ctx, "data", rawKey, minio.GetObjectOptions{})

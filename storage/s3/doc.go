@@ -10,15 +10,15 @@
 // whole objects faster; see ReadAtSized). A transfer cut off or stalled
 // mid-body (Config.StallTimeout) resumes with a range GET of the remainder
 // pinned by If-Match to the version it started on, so a retried read never
-// mixes two versions and never returns a short tensor. The GETs go through
-// a minimal HTTP/1.1 client (fastget.go) over a pool of keep-alive
+// mixes two versions and never returns a short tensor. GETs and HEADs go
+// through a minimal HTTP/1.1 client (fastget.go) over a pool of keep-alive
 // connections that allocates nothing per request; answers it does not
 // handle (redirects, chunked or unsized bodies, unparsable heads) are sent
 // again through minio-go, and error answers are decoded into the same
 // minio.ErrorResponse, so retries and error classes are the same on both
-// paths. Config.DisableFastReads turns it off. HEAD and the GETs of the
-// minio-go path are signed by readSigner (sign.go); both signers derive
-// the SigV4 key once a day instead of per request.
+// paths. Config.DisableFastReads turns it off. The reads that go through
+// minio-go are signed by readSigner (sign.go); both signers derive the
+// SigV4 key once a day instead of per request.
 //
 // Writes are one PUT, or a multipart upload above Config.PartSize (16 MiB
 // by default); both become visible only when complete. A multipart upload

@@ -3,7 +3,7 @@ package s3
 // SetFastTrace reports the read fast path's requests and body bytes to
 // tests (the tap transport sees only minio-go's). It returns false when
 // the store has no fast path.
-func SetFastTrace(s *Store, request func(bucket, key, rng string, status int), body func(n int)) bool {
+func SetFastTrace(s *Store, request func(method, bucket, key, rng string, status int), body func(n int)) bool {
 	if s.fast == nil {
 		return false
 	}

@@ -26,7 +26,7 @@ import (
 )
 
 // fastGet is the read fast path (Config.DisableFastReads turns it off): a
-// minimal HTTP/1.1 client for the store's GETs and range GETs over a small
+// minimal HTTP/1.1 client for the store's GETs, range GETs and HEADs over a
 // pool of keep-alive connections. net/http and minio-go allocate about 15 KiB
 // per request (request and response objects, header maps, a goroutine per
 // connection, minio-go's URL and signing strings), which is half of a 32 KiB
@@ -36,6 +36,7 @@ import (
 // reads the body straight into the caller's buffer: no allocation per GET.
 //
 // It serves only the plain case: a 200 or 206 answer with a Content-Length.
+// A HEAD's Content-Length is the object's size; no body follows it.
 // Error answers (non-2xx with a small body) are decoded into the
 // minio.ErrorResponse that minio-go would have returned, so classify sees
 // the same error. Anything else (redirects, chunked or unsized bodies,
@@ -64,8 +65,8 @@ type fastGet struct {
 // fastTrace lets tests see the fast path's requests as their tap transport
 // sees minio-go's.
 type fastTrace struct {
-	request func(bucket, key, rng string, status int) // once per GET, status 0 when none came
-	body    func(n int)                               // body bytes read (error bodies and dropped prefixes too)
+	request func(method, bucket, key, rng string, status int) // once per request, status 0 when none came
+	body    func(n int)                                       // body bytes read (error bodies and dropped prefixes too)
 }
 
 // fastIdleTimeout drops pooled connections idle this long (minio-go's
@@ -192,11 +193,12 @@ func (f *fastGet) release(c *fconn, ok bool) {
 	}
 }
 
-// open sends GET /bucket/key, with Range: bytes=from-to when to >= 0 and
-// If-Match when pin is set, and reads the response head. On success the
-// body (c.left bytes) is next on c, and the caller must release c. A reused
-// connection that the server had closed is replaced by a fresh one.
-func (f *fastGet) open(ctx context.Context, bucket, key string, from, to int64, pin string) (*fconn, error) {
+// open sends a GET (or HEAD) of /bucket/key, with Range: bytes=from-to
+// when to >= 0 and If-Match when pin is set, and reads the response head.
+// On success the body (c.left bytes) is next on c, and the caller must
+// release c. A reused connection that the server had closed is replaced by
+// a fresh one.
+func (f *fastGet) open(ctx context.Context, method, bucket, key string, from, to int64, pin string) (*fconn, error) {
 	for tries := 0; ; tries++ {
 		now := time.Now()
 		c := f.get(now)
@@ -204,13 +206,13 @@ func (f *fastGet) open(ctx context.Context, bucket, key string, from, to int64, 
 		if c == nil {
 			var err error
 			if c, err = f.dial(ctx); err != nil {
-				f.traceRequest(bucket, key, from, to, 0)
+				f.traceRequest(method, bucket, key, from, to, 0)
 				return nil, err
 			}
 		}
-		fresh, err := f.roundTrip(ctx, c, now, bucket, key, from, to, pin)
+		fresh, err := f.roundTrip(ctx, c, now, method, bucket, key, from, to, pin)
 		if err == nil {
-			f.traceRequest(bucket, key, from, to, c.status)
+			f.traceRequest(method, bucket, key, from, to, c.status)
 			if c.status == http.StatusOK || c.status == http.StatusPartialContent {
 				if c.chunked || c.clen < 0 {
 					f.release(c, false)
@@ -219,7 +221,7 @@ func (f *fastGet) open(ctx context.Context, bucket, key string, from, to int64, 
 				}
 				return c, nil
 			}
-			return nil, f.errorResponse(c, bucket, key)
+			return nil, f.errorResponse(c, method, bucket, key)
 		}
 		f.release(c, false)
 		if reused && fresh && tries <= f.idle && ctx.Err() == nil && stale(err) {
@@ -228,7 +230,7 @@ func (f *fastGet) open(ctx context.Context, bucket, key string, from, to int64, 
 		if errors.Is(err, errFallback) {
 			f.fallbacks.Add(1)
 		} else {
-			f.traceRequest(bucket, key, from, to, 0)
+			f.traceRequest(method, bucket, key, from, to, 0)
 		}
 		return nil, err
 	}
@@ -241,7 +243,7 @@ func stale(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
 }
 
-func (f *fastGet) traceRequest(bucket, key string, from, to int64, status int) {
+func (f *fastGet) traceRequest(method, bucket, key string, from, to int64, status int) {
 	if f.trace == nil {
 		return
 	}
@@ -249,12 +251,12 @@ func (f *fastGet) traceRequest(bucket, key string, from, to int64, status int) {
 	if to >= 0 {
 		rng = "bytes=" + strconv.FormatInt(from, 10) + "-" + strconv.FormatInt(to, 10)
 	}
-	f.trace.request(bucket, key, rng, status)
+	f.trace.request(method, bucket, key, rng, status)
 }
 
 // roundTrip writes the request and parses the response head. fresh is
 // true when the error came before any byte of a response.
-func (f *fastGet) roundTrip(ctx context.Context, c *fconn, now time.Time, bucket, key string, from, to int64, pin string) (fresh bool, err error) {
+func (f *fastGet) roundTrip(ctx context.Context, c *fconn, now time.Time, method, bucket, key string, from, to int64, pin string) (fresh bool, err error) {
 	if !utf8.ValidString(key) {
 		return true, errFallback // minio-go sends such keys unencoded
 	}
@@ -265,11 +267,15 @@ func (f *fastGet) roundTrip(ctx context.Context, c *fconn, now time.Time, bucket
 	if err := c.deadline(ctx, now, f.stall, true); err != nil {
 		return true, err
 	}
-	b := f.request(c, now, bucket, key, from, to, pin)
+	b := f.request(c, now, method, bucket, key, from, to, pin)
 	if _, err := c.nc.Write(b); err != nil {
 		return true, err
 	}
-	return c.readHead()
+	fresh, err = c.readHead()
+	if method == http.MethodHead {
+		c.left = 0 // the Content-Length is the object's; no body follows
+	}
+	return fresh, err
 }
 
 // deadline sets c's deadline to the earlier of the context's and a stall
@@ -301,11 +307,12 @@ func (c *fconn) deadline(ctx context.Context, now time.Time, stall time.Duration
 	return nil
 }
 
-// request builds the GET into c.req: path-style URL, SigV4 with an
+// request builds the request into c.req: path-style URL, SigV4 with an
 // unsigned payload (host, x-amz-content-sha256 and x-amz-date signed, as
 // readSigner does).
-func (f *fastGet) request(c *fconn, now time.Time, bucket, key string, from, to int64, pin string) []byte {
-	b := append(c.req[:0], "GET "...)
+func (f *fastGet) request(c *fconn, now time.Time, method, bucket, key string, from, to int64, pin string) []byte {
+	b := append(c.req[:0], method...)
+	b = append(b, ' ')
 	p0 := len(b)
 	b = append(b, '/')
 	b = append(b, bucket...)
@@ -333,21 +340,23 @@ func (f *fastGet) request(c *fconn, now time.Time, bucket, key string, from, to 
 		b = now.UTC().AppendFormat(b, amzDate)
 		stamp := b[s0:len(b):len(b)]
 		b = append(b, "\r\n"...)
-		b = f.sign(c, b, stamp, b[p0:p1])
+		b = f.sign(c, b, method, stamp, b[p0:p1])
 	}
 	b = append(b, "\r\n"...)
 	c.req = b
 	return b
 }
 
-// sign appends the Authorization header line for a GET of path at stamp.
-func (f *fastGet) sign(c *fconn, b, stamp, path []byte) []byte {
+// sign appends the Authorization header line for a request of path at
+// stamp.
+func (f *fastGet) sign(c *fconn, b []byte, method string, stamp, path []byte) []byte {
 	day := [8]byte(stamp[:8])
 	if c.mac == nil || c.day != day {
 		c.mac = hmac.New(sha256.New, f.keys.get(string(day[:])))
 		c.day = day
 	}
-	s := append(c.sb[:0], "GET\n"...)
+	s := append(c.sb[:0], method...)
+	s = append(s, '\n')
 	s = append(s, path...)
 	s = append(s, "\n\nhost:"...)
 	s = append(s, f.host...)
@@ -583,19 +592,22 @@ const maxErrorBody = 64 << 10
 // minio.ErrorResponse minio-go's GetObject returns for it
 // (httpRespToErrorResponse), or errFallback for what it does not handle.
 // It releases c.
-func (f *fastGet) errorResponse(c *fconn, bucket, key string) error {
-	if c.status < 400 || c.status > 599 || c.chunked || c.clen > maxErrorBody || (c.clen < 0 && !c.close) {
+func (f *fastGet) errorResponse(c *fconn, method, bucket, key string) error {
+	head := method == http.MethodHead // no body: the status says it all
+	if c.status < 400 || c.status > 599 || !head && (c.chunked || c.clen > maxErrorBody || (c.clen < 0 && !c.close)) {
 		f.release(c, false)
 		f.fallbacks.Add(1)
 		return errFallback
 	}
 	var body []byte
 	var err error
-	if c.clen >= 0 {
+	switch {
+	case head:
+	case c.clen >= 0:
 		body = make([]byte, c.clen)
 		_, err = io.ReadFull(c.br, body)
 		c.left = 0
-	} else {
+	default:
 		body, err = io.ReadAll(io.LimitReader(c.br, maxErrorBody))
 	}
 	if f.trace != nil {

@@ -136,10 +136,10 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// fastRequest and fastBody record the store's fast-path GETs as
+// fastRequest and fastBody record the store's fast-path GETs and HEADs as
 // RoundTrip records minio-go's, so the tests see every request.
-func (tp *tap) fastRequest(bucket, key, rng string, status int) {
-	line := "GET /" + bucket + "/" + key
+func (tp *tap) fastRequest(method, bucket, key, rng string, status int) {
+	line := method + " /" + bucket + "/" + key
 	if rng != "" {
 		line += " " + rng
 	}

@@ -65,8 +65,8 @@ type Config struct {
 	// nil builds one from the fields above. The read fast path dials its
 	// own connections.
 	Transport http.RoundTripper
-	// DisableFastReads sends every GET through minio-go and net/http. By
-	// default the store's GETs and range GETs go through a minimal
+	// DisableFastReads sends every read through minio-go and net/http. By
+	// default the store's GETs, range GETs and HEADs go through a minimal
 	// HTTP/1.1 client (fastget.go) that allocates nothing per request, and
 	// fall back to minio-go per request for answers it does not handle. It
 	// is off anyway when an HTTP proxy applies to the endpoint or the
@@ -79,7 +79,7 @@ type Config struct {
 type Store struct {
 	core    minio.Core // writes: minio-go's own signing
 	rcore   minio.Core // reads (GET, HEAD): signed by readSigner, see sign.go
-	fast    *fastGet   // GETs; nil: off (see Config.DisableFastReads)
+	fast    *fastGet   // GETs and HEADs; nil: off (see Config.DisableFastReads)
 	allow   []AllowRule
 	part    uint64
 	backoff storage.Backoff
@@ -360,18 +360,36 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 func (s *Store) Stat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, error) {
 	var info storage.ObjectInfo
 	err := s.retry(ctx, func(ctx context.Context) error {
-		oi, err := s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
-		if err != nil {
-			err = classify(err)
-			if errors.Is(err, storage.ErrNotFound) {
-				err = s.whyNotFound(ctx, ref, err)
-			}
-			return err
+		err := errFallback
+		if s.fast != nil {
+			info, err = s.fastStat(ctx, ref)
 		}
-		info = storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}
-		return nil
+		if err == errFallback {
+			var oi minio.ObjectInfo
+			oi, err = s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
+			err = classify(err)
+			info = storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}
+		}
+		if errors.Is(err, storage.ErrNotFound) {
+			err = s.whyNotFound(ctx, ref, err)
+		}
+		return err
 	})
 	return info, err
+}
+
+// fastStat is one Stat attempt on the fast path: a HEAD.
+func (s *Store) fastStat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, error) {
+	c, err := s.fast.open(ctx, http.MethodHead, ref.Bucket, ref.Key, 0, -1, "")
+	if err != nil {
+		if err == errFallback {
+			return storage.ObjectInfo{}, err
+		}
+		return storage.ObjectInfo{}, s.fastErr(ctx, err, "HEAD")
+	}
+	info := storage.ObjectInfo{Size: c.clen, ETag: c.etagString()}
+	s.fast.release(c, true)
+	return info, nil
 }
 
 // whyNotFound explains a HEAD answered 404. A HEAD response has no body,
@@ -564,7 +582,7 @@ func (s *Store) read(ctx context.Context, ref storage.Ref, etag string, p []byte
 
 // fastPrefix is one ReadPrefix attempt on the fast path.
 func (s *Store) fastPrefix(ctx context.Context, ref storage.Ref, p []byte) (int, storage.ObjectInfo, error) {
-	c, err := s.fast.open(ctx, ref.Bucket, ref.Key, 0, int64(len(p))-1, "")
+	c, err := s.fast.open(ctx, http.MethodGet, ref.Bucket, ref.Key, 0, int64(len(p))-1, "")
 	if err != nil {
 		if err == errFallback {
 			return 0, storage.ObjectInfo{}, err
@@ -610,7 +628,7 @@ func (s *Store) fastPrefix(ctx context.Context, ref storage.Ref, p []byte) (int,
 // whose body must be want bytes, into p from *done on. *pin is set from the
 // first answer so that a resumed read continues the same version.
 func (s *Store) fastRead(ctx context.Context, ref storage.Ref, pin *string, p []byte, done *int, start, to, want, skip int64) error {
-	c, err := s.fast.open(ctx, ref.Bucket, ref.Key, start, to, *pin)
+	c, err := s.fast.open(ctx, http.MethodGet, ref.Bucket, ref.Key, start, to, *pin)
 	if err != nil {
 		if err == errFallback {
 			return err
