@@ -383,7 +383,7 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	}
 	body := NewSegments(segs...)
 	body.gate, body.gateEnd = make(chan struct{}), int64(len(hdr))
-	go func() {
+	finish := func() {
 		defer close(body.gate)
 		for _, t := range ts {
 			sum := sha256.Sum256(t.Data)
@@ -400,7 +400,14 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 			return
 		}
 		copy(hdr, final)
-	}()
+	}
+	if body.Size() <= inlineHashMax {
+		// A small object goes up in one request that starts with the
+		// header: nothing to overlap the hashing with, so no goroutine.
+		finish()
+	} else {
+		go finish()
+	}
 	res.Bytes = body.Size()
 	err = s.Put(ctx, ref, body, res.Bytes)
 	<-body.gate // res and the header are the hashing goroutine's until then
@@ -413,6 +420,12 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	r.cache.drop(ref.Object().String())
 	return res, nil
 }
+
+// inlineHashMax is the largest object Write hashes before handing the body
+// to the store rather than beside the upload: an object this small goes
+// in one request (S3's smallest multipart part is 5 MiB), which waits for
+// the header, so hashing beside it saves nothing.
+const inlineHashMax = 1 << 20
 
 // placeholderSHA256 stands in for a digest while Write hashes: as long as
 // a hex sha256, so the header does not change size.
