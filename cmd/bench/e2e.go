@@ -155,7 +155,29 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	def, one := median(defs), median(ones)
 	for _, s := range shapes {
 		r := def
-		if s.Name != small.Name {
+		var largeRatios []float64
+		switch s.Name {
+		case small.Name:
+		case "large":
+			// The target class runs o.repeat rounds, each followed by its
+			// storage ceiling measured again (as for the small class): a
+			// 64 MiB PUT's rate on shared cores moves 2x between minutes,
+			// and the section's ceiling was measured minutes earlier.
+			var rs []e2eResult
+			for range max(1, o.repeat) {
+				r, err := run(s, 0)
+				if err != nil {
+					return rows, notes, err
+				}
+				c, err := benchStorage(ctx, mc, s, s.Jobs, o.concurrency)
+				if err != nil {
+					return rows, notes, err
+				}
+				rs = append(rs, r)
+				largeRatios = append(largeRatios, r.JobsPerS/c.JobsPerS())
+			}
+			r = median(rs)
+		default:
 			var err error
 			if r, err = run(s, 0); err != nil {
 				return rows, notes, err
@@ -178,8 +200,12 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("small %dx%d, default batching (median of %d; rounds: %s)", s.Rows, s.Dim, len(defs), strings.Join(per, ", ")),
 				r.figure(), "lower ceiling: "+what, ratio, 1, 0.5))
 		case "large":
-			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d", s.Rows, s.Dim), r.figure(),
-				"storage jobs/s", r.JobsPerS, sc.JobsPerS(), 0.8))
+			var per []string
+			for _, x := range largeRatios {
+				per = append(per, fmt.Sprintf("%.0f%%", 100*x))
+			}
+			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d (median of %d; rounds: %s)", s.Rows, s.Dim, len(largeRatios), strings.Join(per, ", ")), r.figure(),
+				"storage jobs/s, measured after each round", medianOf(largeRatios, func(x float64) float64 { return x }), 1, 0.8))
 		default:
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("%s %dx%d", s.Name, s.Rows, s.Dim), r.figure(),
 				"storage jobs/s", r.JobsPerS, sc.JobsPerS(), 0))
