@@ -254,7 +254,7 @@ func BenchmarkFetchAllocs(b *testing.B) {
 	ctx := context.Background()
 	gw := benchGateway(b)
 	st := newStore(b, gw, nil)
-	off := newStore(b, gw, func(c *s3.Config) { c.DisableFastReads = true })
+	off := newStore(b, gw, func(c *s3.Config) { c.DisableFastPath = true })
 	r := newRouter(st)
 	uri := "s3://data/t/bench-allocs.safetensors"
 	x := storage.OutTensor{Name: "x", DType: "F32", Shape: []int{8, 1024}, Data: storetest.Pattern(1, 8*1024*4)}

@@ -16,7 +16,7 @@
 // handle (redirects, chunked or unsized bodies, unparsable heads) are sent
 // again through minio-go, and error answers are decoded into the same
 // minio.ErrorResponse, so retries and error classes are the same on both
-// paths. Config.DisableFastReads turns it off. The reads that go through
+// paths. Config.DisableFastPath turns it off. The reads that go through
 // minio-go are signed by readSigner (sign.go); both signers derive the
 // SigV4 key once a day instead of per request.
 //
@@ -30,7 +30,9 @@
 // does (with trailers). A single PUT carries the CRC32C of its whole body
 // in a header, so a body cut short is refused rather than stored; the
 // sums are taken from the compute buffers while Write still hashes
-// (checksum.go). Payloads go unsigned unless Config.SignPayload (Write
+// (checksum.go). A single PUT of a Write body goes through the same
+// minimal client as the reads (fastput.go), which writes the header and
+// the compute buffers to the connection without copying them. Payloads go unsigned unless Config.SignPayload (Write
 // records a sha256 per tensor).
 //
 // Transient failures (5xx, 429/SlowDown, stalls, timeouts, refused or reset

@@ -26,3 +26,17 @@ func FastIdle(s *Store) int {
 func FastCounts(s *Store) (dials, fallbacks int64) {
 	return s.fast.dials.Load(), s.fast.fallbacks.Load()
 }
+
+// SetFastWrote calls fn before each chunk of a fast-path PUT body goes
+// out (off: bytes of this body already sent); an error cuts the body
+// there, as a sender dying mid-body would.
+func SetFastWrote(s *Store, fn func(off, n int64) error) bool {
+	if s.fast == nil {
+		return false
+	}
+	if s.fast.trace == nil {
+		s.fast.trace = &fastTrace{request: func(string, string, string, string, int) {}, body: func(int) {}}
+	}
+	s.fast.trace.wrote = fn
+	return true
+}

@@ -25,7 +25,7 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
-// fastGet is the read fast path (Config.DisableFastReads turns it off): a
+// fastGet is the read fast path (Config.DisableFastPath turns it off): a
 // minimal HTTP/1.1 client for the store's GETs, range GETs and HEADs over a
 // pool of keep-alive connections. net/http and minio-go allocate about 15 KiB
 // per request (request and response objects, header maps, a goroutine per
@@ -67,6 +67,7 @@ type fastGet struct {
 type fastTrace struct {
 	request func(method, bucket, key, rng string, status int) // once per request, status 0 when none came
 	body    func(n int)                                       // body bytes read (error bodies and dropped prefixes too)
+	wrote   func(off, n int64) error                          // PUT body bytes [off, off+n) about to be sent; an error cuts the body there
 }
 
 // fastIdleTimeout drops pooled connections idle this long (minio-go's
@@ -340,7 +341,7 @@ func (f *fastGet) request(c *fconn, now time.Time, method, bucket, key string, f
 		b = now.UTC().AppendFormat(b, amzDate)
 		stamp := b[s0:len(b):len(b)]
 		b = append(b, "\r\n"...)
-		b = f.sign(c, b, method, stamp, b[p0:p1])
+		b = f.sign(c, b, method, stamp, b[p0:p1], "")
 	}
 	b = append(b, "\r\n"...)
 	c.req = b
@@ -348,8 +349,8 @@ func (f *fastGet) request(c *fconn, now time.Time, method, bucket, key string, f
 }
 
 // sign appends the Authorization header line for a request of path at
-// stamp.
-func (f *fastGet) sign(c *fconn, b []byte, method string, stamp, path []byte) []byte {
+// stamp; a PUT (crc set) also signs its Content-Type and CRC32C headers.
+func (f *fastGet) sign(c *fconn, b []byte, method string, stamp, path []byte, crc string) []byte {
 	day := [8]byte(stamp[:8])
 	if c.mac == nil || c.day != day {
 		c.mac = hmac.New(sha256.New, f.keys.get(string(day[:])))
@@ -358,11 +359,23 @@ func (f *fastGet) sign(c *fconn, b []byte, method string, stamp, path []byte) []
 	s := append(c.sb[:0], method...)
 	s = append(s, '\n')
 	s = append(s, path...)
-	s = append(s, "\n\nhost:"...)
+	s = append(s, "\n\n"...)
+	signed := fastSignedHeaders
+	if crc != "" {
+		s = append(s, "content-type:"+putContentType+"\n"...)
+		signed = putSignedHeaders
+	}
+	s = append(s, "host:"...)
 	s = append(s, f.host...)
+	if crc != "" {
+		s = append(s, "\nx-amz-checksum-crc32c:"...)
+		s = append(s, crc...)
+	}
 	s = append(s, "\nx-amz-content-sha256:"+unsignedPayload+"\nx-amz-date:"...)
 	s = append(s, stamp...)
-	s = append(s, "\n\n"+fastSignedHeaders+"\n"+unsignedPayload...)
+	s = append(s, "\n\n"...)
+	s = append(s, signed...)
+	s = append(s, "\n"+unsignedPayload...)
 	sum := c.sum[:0] // a local array would escape through the hash.Hash interface
 	c.sha.Reset()
 	c.sha.Write(s)
@@ -386,12 +399,18 @@ func (f *fastGet) sign(c *fconn, b []byte, method string, stamp, path []byte) []
 	b = append(b, f.access...)
 	b = append(b, '/')
 	b = append(b, scope...)
-	b = append(b, ", SignedHeaders="+fastSignedHeaders+", Signature="...)
+	b = append(b, ", SignedHeaders="...)
+	b = append(b, signed...)
+	b = append(b, ", Signature="...)
 	b = hex.AppendEncode(b, sum)
 	return append(b, "\r\n"...)
 }
 
-const fastSignedHeaders = "host;x-amz-content-sha256;x-amz-date"
+const (
+	fastSignedHeaders = "host;x-amz-content-sha256;x-amz-date"
+	putSignedHeaders  = "content-type;host;x-amz-checksum-crc32c;x-amz-content-sha256;x-amz-date"
+	putContentType    = "application/octet-stream"
+)
 
 // appendEncodedPath is s3utils.EncodePath without allocating: every byte
 // but A-Z a-z 0-9 - _ . ~ / percent-encoded (UTF-8 bytes, upper-case hex).

@@ -301,15 +301,65 @@ func TestFastPathTLS(t *testing.T) {
 	}
 }
 
-// TestFastPathOff: with DisableFastReads every GET goes through minio-go.
+// TestFastPathOff: with DisableFastPath every GET goes through minio-go.
 func TestFastPathOff(t *testing.T) {
 	gw := gateway(t)
-	st := newStore(t, gw, func(c *s3.Config) { c.DisableFastReads = true })
+	st := newStore(t, gw, func(c *s3.Config) { c.DisableFastPath = true })
 	if s3.FastIdle(st) != -1 {
-		t.Fatal("DisableFastReads left the fast path on")
+		t.Fatal("DisableFastPath left the fast path on")
 	}
 	fetch := fetchBack(t, newRouter(st), "s3://data/t/off.safetensors", []storage.OutTensor{tensor("x", 16, 1024, 9)})
 	if err := fetch(context.Background(), "x"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFastPathPut: a single PUT of a Write body goes through the fast
+// path from the compute buffers (one PUT, no fallback, the connection
+// pooled for the reads that follow) and reads back byte for byte; a large
+// body cut off mid-way by a dying sender leaves the old object.
+func TestFastPathPut(t *testing.T) {
+	ctx := context.Background()
+	gw := gateway(t)
+	tp := newTap()
+	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp })
+	r := newRouter(st)
+	x := tensor("dx", 256, 1024, 10)
+	tp.reset()
+	res, err := r.Write(ctx, "s3://data/t/fastput.safetensors", []storage.OutTensor{x}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tp.matching(""); len(got) != 1 || got[0] != "PUT /data/t/fastput.safetensors" || tp.wroteBytes.Load() != res.Bytes {
+		t.Errorf("Write made requests %v sending %d body bytes, want one PUT of %d", got, tp.wroteBytes.Load(), res.Bytes)
+	}
+	if _, fb := s3.FastCounts(st); fb != 0 || s3.FastIdle(st) != 1 {
+		t.Errorf("%d fallbacks, %d idle connections after a PUT: want none and the connection pooled", fb, s3.FastIdle(st))
+	}
+	ti, err := r.Head(ctx, "s3://data/t/fastput.safetensors#dx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, ti.Size)
+	if err := r.Fetch(ctx, ti, dst); err != nil || !bytes.Equal(dst, x.Data) {
+		t.Fatalf("read back: %v", err)
+	}
+	if d, _ := s3.FastCounts(st); d != 1 {
+		t.Errorf("%d dials for a PUT and the reads after it, want 1", d)
+	}
+	// A sender dying half way through the body: Write fails, the old
+	// object stays.
+	s3.SetFastWrote(st, func(off, n int64) error {
+		if off+n > int64(len(x.Data))/2 {
+			return errors.New("sender died mid-body")
+		}
+		return nil
+	})
+	if _, err := r.Write(ctx, "s3://data/t/fastput.safetensors", []storage.OutTensor{tensor("dx", 256, 1024, 11)}, nil); err == nil {
+		t.Fatal("a Write cut half way succeeded")
+	}
+	s3.SetFastWrote(st, nil)
+	if err := r.Fetch(ctx, ti, dst); err != nil || !bytes.Equal(dst, x.Data) {
+		t.Fatalf("after a cut Write the object is not the old one: %v", err)
 	}
 }

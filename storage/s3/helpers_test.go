@@ -66,6 +66,7 @@ func newStore(t testing.TB, gw *testenv.S3, edit func(*s3.Config)) *s3.Store {
 	}
 	if tp, ok := cfg.Transport.(*tap); ok {
 		s3.SetFastTrace(s, tp.fastRequest, tp.fastBody)
+		s3.SetFastWrote(s, tp.fastWrote)
 	}
 	return s
 }
@@ -150,6 +151,11 @@ func (tp *tap) fastRequest(method, bucket, key, rng string, status int) {
 }
 
 func (tp *tap) fastBody(n int) { tp.onRead.check(tp.readBytes.Add(int64(n))) }
+
+func (tp *tap) fastWrote(_, n int64) error {
+	tp.onWrite.check(tp.wroteBytes.Add(n))
+	return nil
+}
 
 // matching returns the recorded requests that contain all of parts.
 func (tp *tap) matching(parts ...string) []string {

@@ -65,21 +65,22 @@ type Config struct {
 	// nil builds one from the fields above. The read fast path dials its
 	// own connections.
 	Transport http.RoundTripper
-	// DisableFastReads sends every read through minio-go and net/http. By
-	// default the store's GETs, range GETs and HEADs go through a minimal
-	// HTTP/1.1 client (fastget.go) that allocates nothing per request, and
-	// fall back to minio-go per request for answers it does not handle. It
-	// is off anyway when an HTTP proxy applies to the endpoint or the
-	// endpoint is one minio-go addresses virtual-host style (AWS, GCS,
-	// Aliyun).
-	DisableFastReads bool
+	// DisableFastPath sends every request through minio-go and net/http.
+	// By default the store's GETs, range GETs and HEADs, and its single
+	// PUTs, go through a minimal HTTP/1.1 client (fastget.go, fastput.go):
+	// no allocation per read, no copy of a PUT body. A request whose answer
+	// it does not handle is sent again through minio-go. It is off anyway
+	// when an HTTP proxy applies to the endpoint or the endpoint is one
+	// minio-go addresses virtual-host style (AWS, GCS, Aliyun); PUTs stay
+	// on minio-go with SignPayload.
+	DisableFastPath bool
 }
 
 // Store is the S3 store.
 type Store struct {
 	core    minio.Core // writes: minio-go's own signing
 	rcore   minio.Core // reads (GET, HEAD): signed by readSigner, see sign.go
-	fast    *fastGet   // GETs and HEADs; nil: off (see Config.DisableFastReads)
+	fast    *fastGet   // GETs, HEADs, single PUTs; nil: off (see Config.DisableFastPath)
 	allow   []AllowRule
 	part    uint64
 	backoff storage.Backoff
@@ -198,7 +199,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	st := &Store{core: minio.Core{Client: c}, rcore: minio.Core{Client: rc}, allow: cfg.Allow, part: cfg.PartSize, backoff: b,
 		stall: stall, sign: cfg.SignPayload, host: cfg.Endpoint}
-	if !cfg.DisableFastReads && fastReadsApply(c, tr) {
+	if !cfg.DisableFastPath && fastReadsApply(c, tr) {
 		st.fast = newFastGet(cfg, region, tlsCfg, keys, stall)
 	}
 	return st, nil
@@ -798,7 +799,16 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 			if err != nil {
 				return fmt.Errorf("checksum body: %w", err)
 			}
-			opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": crc32cHeader(sum)}
+			crc := crc32cHeader(sum)
+			if wt, ok := r.(seekWriterTo); ok && s.fast != nil && !s.sign {
+				if err := s.fast.put(ctx, ref, wt, start, size, crc); err != errFallback {
+					return s.fastErr(ctx, err, "PUT")
+				}
+				if _, err := seeker.Seek(start, io.SeekStart); err != nil {
+					return fmt.Errorf("rewind body: %w", err)
+				}
+			}
+			opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": crc}
 		}
 		_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, opts)
 		return classify(err)
