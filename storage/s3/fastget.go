@@ -632,14 +632,15 @@ func (f *fastGet) errorResponse(c *fconn, method, bucket, key string) error {
 	if f.trace != nil {
 		f.trace.body(len(body))
 	}
-	f.release(c, err == nil)
+	status := c.status
+	f.release(c, err == nil) // c may serve another request from here on
 	if err != nil {
 		return fastIOErr(err)
 	}
 	er := minio.ErrorResponse{}
 	if xml.Unmarshal(body, &er) != nil {
 		er = minio.ErrorResponse{BucketName: bucket, Key: key}
-		switch c.status {
+		switch status {
 		case http.StatusNotFound:
 			er.Code, er.Message = "NoSuchKey", "The specified key does not exist."
 		case http.StatusForbidden:
@@ -649,14 +650,14 @@ func (f *fastGet) errorResponse(c *fconn, method, bucket, key string) error {
 		case http.StatusPreconditionFailed:
 			er.Code, er.Message = "PreconditionFailed", "Pre condition failed."
 		default:
-			status := strconv.Itoa(c.status) + " " + http.StatusText(c.status)
-			er.Code, er.Message, er.Key = status, status, ""
+			text := strconv.Itoa(status) + " " + http.StatusText(status)
+			er.Code, er.Message, er.Key = text, text, ""
 			if b := strings.TrimSpace(string(body)); b != "" {
 				er.Message = b[:min(len(b), 1024)]
 			}
 		}
 	}
-	er.StatusCode = c.status
+	er.StatusCode = status
 	return er
 }
 
