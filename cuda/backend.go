@@ -25,13 +25,14 @@ type Backend struct {
 	arch   string
 	sms    int
 	// Geometry knobs (geometry): forced blocks per multiprocessor (0:
-	// chosen per dim), most shared-memory row slots, the per-block shared
-	// memory limit.
+	// chosen per dim), most shared-memory row slots (0: the register
+	// paths), the per-block shared memory limit.
 	perSM, maxStages int
 	smemOptin        int32
 
 	mod                     uintptr
-	fnRows, fnReduce, fnAdd uintptr
+	fnRows                  [nKernels]uintptr // rows kernels, by kRows...
+	fnReduce, fnAdd, fnSpin uintptr
 	stream                  uintptr
 	evStart, evEnd          uintptr
 	evK0, evK1              uintptr // around the kernels, for Stats
@@ -46,6 +47,10 @@ type Backend struct {
 	launches []phaseLaunch
 	last     Stats
 	allocs   int // cuMemAlloc calls, for the steady-state test
+	// hold, when set (benchmarks only), queues a kernel spinning that long
+	// before the timed region of Execute, so that the kernels' events do
+	// not include the host's launch latency.
+	hold time.Duration
 	// CompileTime is how long NVRTC took at Open.
 	compile time.Duration
 }
@@ -100,7 +105,7 @@ func open() (*Backend, error) {
 	}
 	b.arch = fmt.Sprintf("sm_%d%d", major, minor)
 	b.sms = int(sms)
-	b.perSM, b.maxStages = 0, 4
+	b.perSM, b.maxStages = 0, 0
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_BLOCKS_PER_SM")); err == nil && v > 0 {
 		b.perSM = v
 	}
@@ -140,13 +145,14 @@ func open() (*Backend, error) {
 	for _, f := range []struct {
 		fn   *uintptr
 		name string
-	}{{&b.fnRows, shaders.CUDARowsKernel}, {&b.fnReduce, shaders.CUDAReduceKernel}, {&b.fnAdd, shaders.CUDAAddKernel}} {
+	}{{&b.fnRows[kRows], shaders.CUDARowsKernel}, {&b.fnRows[kWide], shaders.CUDARowsWideKernel},
+		{&b.fnRows[kRowsFused], shaders.CUDARowsFusedKernel}, {&b.fnRows[kWideFused], shaders.CUDARowsWideFusedKernel}, {&b.fnReduce, shaders.CUDAReduceKernel}, {&b.fnAdd, shaders.CUDAAddKernel}, {&b.fnSpin, shaders.CUDASpinKernel}} {
 		if err := d.check("cuModuleGetFunction("+f.name+")", d.cuModuleGetFunction(f.fn, b.mod, f.name)); err != nil {
 			return nil, err
 		}
 	}
 	if b.smemOptin > 0 {
-		if err := d.check("cuFuncSetAttribute(max dynamic shared memory)", d.cuFuncSetAttribute(b.fnRows, funcAttrMaxDynSmem, b.smemOptin-smemReserve)); err != nil {
+		if err := d.check("cuFuncSetAttribute(max dynamic shared memory)", d.cuFuncSetAttribute(b.fnRows[kRows], funcAttrMaxDynSmem, b.smemOptin-smemReserve)); err != nil {
 			return nil, err
 		}
 	}

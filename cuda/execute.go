@@ -30,16 +30,30 @@ type launchArgs struct {
 	table, bmap uint64
 	a, b, c     uint64
 	n           int64
+	one         [1]unsafe.Pointer
 	two         [2]unsafe.Pointer
 	four        [4]unsafe.Pointer
 }
 
 // phaseLaunch is where one phase's table parts live and how many blocks its
-// two launches have.
+// launches have: each rows kernel (kRows...) and the dw reduction.
 type phaseLaunch struct {
-	table, bmapRows, bmapRed int // byte offsets into the job table
-	rowBlocks, redBlocks     int
-	smem                     int // dynamic shared memory of the rows launch
+	table, bmapRed int // byte offsets into the job table
+	bmapRows       [nKernels]int
+	rowBlocks      [nKernels]int
+	redBlocks      int
+	smem           int // dynamic shared memory of the kRows launch
+}
+
+// rowsKernels names the rows kernels and their block sizes, by kRows...
+var rowsKernels = [nKernels]struct {
+	name    string
+	threads int
+}{
+	kRows:      {shaders.CUDARowsKernel, rowsThreads},
+	kWide:      {shaders.CUDARowsWideKernel, wideThreads},
+	kRowsFused: {shaders.CUDARowsFusedKernel, rowsThreads},
+	kWideFused: {shaders.CUDARowsWideFusedKernel, wideThreads},
 }
 
 // Stats is what the last Execute measured with device events.
@@ -74,28 +88,58 @@ func (b *Backend) own(buf compute.Buffer) (*buffer, error) {
 // kernel's static arrays.
 const smemReserve = 1024
 
-// geometry picks, for a job of rows x dim, the rows per group and the group
-// count (persistent blocks: two per SM, at most one wave) and the
-// shared-memory row slots of rows_smem (0 for the register path). Dims that
-// are a multiple of 4 and at most 8192 take rows_smem with as many slots (up
-// to 4) as half the shared memory holds: 3 at dim 4096, 2 at 5120, 1 at 8192
-// on an H200, where two blocks per SM measured better than one block with
-// more slots (cuda/NOTES.md). The result depends only on rows, dim and the
-// device, so the dw summation order does too. RMSGRAD_CUDA_BLOCKS_PER_SM and
-// RMSGRAD_CUDA_STAGES (read at Open) override it for benchmark variants.
-func (b *Backend) geometry(rows, dim int) (rg, g, stages int) {
+// geometry picks, for a job of rows x dim, the kernel, the rows per group
+// and the group count (persistent blocks, at most one wave), and the
+// shared-memory row slots of rows_smem (0: the register paths). Measured on
+// the H200 (cuda/NOTES.md, runs 4 and 5):
+//   - dims up to 4096: each row and w in registers, 256-thread blocks, two
+//     per SM (89% of the device copy at 16384x4096, 78% at 4096x4096);
+//   - dims from 7172 to 8192 that are a multiple of 4 (4 chunks per thread of
+//     512): the same in the wide kernel, 512 threads, one block per SM (93%
+//     at 32768x8192; the slots path 91%);
+//   - other multiples of 4 up to 8192: the shared-memory row slots, 256
+//     threads, two blocks per SM, as many slots (up to 4) as half the shared
+//     memory holds (84% at 16384x5120 and 86% at 16384x6144, where the wide
+//     kernel, with 2.5 or 3 chunks per thread, measured 78% and 83%);
+//   - the rest (not a multiple of 4, or over 8192): streaming, 256 threads.
+//
+// The kernel depends only on dim and the groups only on rows, dim and the
+// device, so the sums do too. RMSGRAD_CUDA_STAGES=n (read at Open) takes the
+// shared-memory path for every multiple of 4 up to 8192 with up to n slots,
+// and RMSGRAD_CUDA_BLOCKS_PER_SM forces the blocks per SM, for benchmark
+// variants.
+func (b *Backend) geometry(rows, dim int) (rg, g, stages int, wide bool) {
 	sms := max(b.sms, 1)
+	nch := (dim + 3) / 4
+	maxStages := b.maxStages
+	forced := maxStages > 0
+	if !forced {
+		maxStages = 4
+	}
+	var smem bool
+	if dim%4 == 0 && b.smemOptin > 0 {
+		switch {
+		case forced:
+			smem = nch <= rowsThreads*8
+		case nch > wideThreads*7/2 && nch <= wideThreads*4:
+			wide = true
+		case nch > rowsThreads*4 && nch <= rowsThreads*8:
+			smem = true
+		}
+	}
 	perSM := 2
+	if wide {
+		perSM = 1
+	}
 	if b.perSM > 0 {
 		perSM = b.perSM
 	}
 	rg, g = groups(rows, perSM*sms)
-	nch := (dim + 3) / 4
-	if dim%4 == 0 && nch <= rowsThreads*8 && b.maxStages > 0 && b.smemOptin > 0 {
+	if smem {
 		perBlock := (int(b.smemOptin)+smemReserve)/perSM - 2*smemReserve
-		stages = max(0, min(b.maxStages, perBlock/(8*dim), rg))
+		stages = max(0, min(maxStages, perBlock/(8*dim), rg))
 	}
-	return rg, g, stages
+	return rg, g, stages, wide
 }
 
 // Execute runs ops on the backend's stream: uploads of every input no earlier
@@ -141,15 +185,17 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 		ps := 0
 		for i := range ph {
 			e := &ph[i]
-			l.rowBlocks += e.g
+			l.rowBlocks[e.kernel()] += e.g
 			l.smem = max(l.smem, e.smemBytes())
 			l.redBlocks += e.redBlocks()
 			if e.dw != nil {
 				ps = align(ps + 4*e.g*e.dim)
 			}
 		}
-		l.bmapRows = off
-		off = align(off + 4*l.rowBlocks)
+		for k := range nKernels {
+			l.bmapRows[k] = off
+			off = align(off + 4*l.rowBlocks[k])
+		}
 		l.bmapRed = off
 		off = align(off + 4*l.redBlocks)
 		scratch = max(scratch, ps)
@@ -181,18 +227,25 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 			continue
 		}
 		tab := unsafe.Slice((*jobEntry)(unsafe.Pointer(&host[l.table])), len(ph))
-		bmr := unsafe.Slice((*int32)(unsafe.Pointer(&host[l.bmapRows])), l.rowBlocks)
+		var bms [nKernels][]int32
+		for k := range nKernels {
+			bms[k] = unsafe.Slice((*int32)(unsafe.Pointer(&host[l.bmapRows[k]])), l.rowBlocks[k])
+		}
 		var bmd []int32
 		if l.redBlocks > 0 {
 			bmd = unsafe.Slice((*int32)(unsafe.Pointer(&host[l.bmapRed])), l.redBlocks)
 		}
-		start, rstart, part := 0, 0, 0
+		// start counts blocks of the launch an entry runs in.
+		var starts [nKernels]int
+		rstart, part := 0, 0
 		for i := range ph {
 			e := &ph[i]
+			k := e.kernel()
+			bm, start := bms[k], &starts[k]
 			je := jobEntry{
 				x: dev(e.x), w: dev(e.w), dy: dev(e.dy), r: dev(e.r), dx: dev(e.dx), dw: dev(e.dw),
 				rows: int32(e.rows), dim: int32(e.dim), rg: int32(e.rg), g: int32(e.g),
-				flags: e.flags(), eps: e.eps, start: int32(start), rstart: int32(rstart),
+				flags: e.flags(), eps: e.eps, start: int32(*start), rstart: int32(rstart),
 				stages: int32(e.stages),
 			}
 			if e.dw != nil {
@@ -201,9 +254,9 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 			}
 			tab[i] = je
 			for k := 0; k < e.g; k++ {
-				bmr[start+k] = int32(i)
+				bm[*start+k] = int32(i)
 			}
-			start += e.g
+			*start += e.g
 			for k := range e.redBlocks() {
 				bmd[rstart+k] = int32(i)
 			}
@@ -213,6 +266,9 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 
 	d, s := b.d, b.stream
 	st := Stats{Jobs: nent, Uploads: off}
+	if err := b.spin(b.hold); err != nil {
+		return 0, err
+	}
 	if err := d.check("cuEventRecord", d.cuEventRecord(b.evStart, s)); err != nil {
 		return 0, err
 	}
@@ -233,10 +289,16 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 		return 0, err
 	}
 	for _, l := range launches {
-		if err := b.launch(b.fnRows, shaders.CUDARowsKernel, l.rowBlocks, l.smem, l.table, l.bmapRows); err != nil {
-			return 0, err
+		for k, rk := range rowsKernels {
+			smem := 0
+			if k == kRows {
+				smem = l.smem
+			}
+			if err := b.launch(b.fnRows[k], rk.name, rk.threads, l.rowBlocks[k], smem, l.table, l.bmapRows[k]); err != nil {
+				return 0, err
+			}
 		}
-		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, l.redBlocks, 0, l.table, l.bmapRed); err != nil {
+		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, rowsThreads, l.redBlocks, 0, l.table, l.bmapRed); err != nil {
 			return 0, err
 		}
 	}
@@ -270,10 +332,10 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 	return st.Total, nil
 }
 
-// launch runs fn over blocks blocks of rowsThreads threads with smem bytes of
+// launch runs fn over blocks blocks of threads threads with smem bytes of
 // dynamic shared memory, the job table at byte offset table and the block
 // map at bmap; no-op for 0 blocks.
-func (b *Backend) launch(fn uintptr, name string, blocks, smem, table, bmap int) error {
+func (b *Backend) launch(fn uintptr, name string, threads, blocks, smem, table, bmap int) error {
 	if blocks == 0 {
 		return nil
 	}
@@ -281,11 +343,23 @@ func (b *Backend) launch(fn uintptr, name string, blocks, smem, table, bmap int)
 	a.table = b.table.dptr + uint64(table)
 	a.bmap = b.table.dptr + uint64(bmap)
 	a.two = [2]unsafe.Pointer{unsafe.Pointer(&a.table), unsafe.Pointer(&a.bmap)}
-	r := b.d.cuLaunchKernel(fn, uint32(blocks), 1, 1, rowsThreads, 1, 1, uint32(smem), b.stream, unsafe.Pointer(&a.two[0]), nil)
+	r := b.d.cuLaunchKernel(fn, uint32(blocks), 1, 1, uint32(threads), 1, 1, uint32(smem), b.stream, unsafe.Pointer(&a.two[0]), nil)
 	if err := b.d.check("cuLaunchKernel("+name+")", r); err != nil {
 		return fmt.Errorf("cuda: launching %s over %d blocks: %w", name, blocks, err)
 	}
 	return nil
+}
+
+// spin queues the blocking kernel for d (nothing for d <= 0).
+func (b *Backend) spin(d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	a := b.args
+	a.n = int64(d)
+	a.one = [1]unsafe.Pointer{unsafe.Pointer(&a.n)}
+	r := b.d.cuLaunchKernel(b.fnSpin, 1, 1, 1, 1, 1, 1, 0, b.stream, unsafe.Pointer(&a.one[0]), nil)
+	return b.d.check("cuLaunchKernel("+shaders.CUDASpinKernel+")", r)
 }
 
 // ensure makes *m at least n bytes (device, and pinned host when withHost),

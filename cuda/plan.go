@@ -14,10 +14,12 @@ const (
 	flagDW       = 8
 )
 
-// Launch geometry; the same values as RMS_THREADS and RED_CH in the .cu.
+// Launch geometry; the same values as RMS_THREADS, RMS_WIDE_THREADS and
+// RED_CH in the .cu.
 const (
 	rowsThreads = 256
-	redChunks   = 8 // 4-column chunks per reduce block
+	wideThreads = 512 // the wide rows kernel (dims 4100..8192, a multiple of 4)
+	redChunks   = 8   // 4-column chunks per reduce block
 )
 
 // entry is one row of a phase's job table before device pointers are known:
@@ -28,17 +30,45 @@ type entry struct {
 	computeR, writeR    bool
 	rows, dim           int
 	eps                 float32
-	rg, g               int // rows per group, groups (= blocks of the rows kernel)
-	stages              int // shared-memory row slots (rows_smem); 0: registers
+	rg, g               int  // rows per group, groups (= blocks of the rows kernel)
+	stages              int  // shared-memory row slots (rows_smem); 0: registers
+	wide                bool // runs in the wide rows kernel (512 threads)
+}
+
+// Rows kernels, one launch each per phase (shaders.CUDARows*Kernel).
+const (
+	kRows      = iota // 256 threads: the general path
+	kWide             // 512 threads: dims 4100..8192, a multiple of 4
+	kRowsFused        // 256 threads, every flag, dim a multiple of 4 up to 4096
+	kWideFused        // 512 threads, every flag
+	nKernels
+)
+
+// kernel is the rows kernel the entry runs in. The fused kernels run the
+// same arithmetic in the same order as the general ones of the same block
+// size, so an entry's bits do not depend on which it takes.
+func (e *entry) kernel() int {
+	fused := e.computeR && e.writeR && e.dx != nil && e.dw != nil && e.dim%4 == 0 && e.stages == 0
+	switch {
+	case e.wide && fused:
+		return kWideFused
+	case e.wide:
+		return kWide
+	case fused && e.dim <= rowsThreads*16:
+		return kRowsFused
+	}
+	return kRows
 }
 
 // smemBytes is the dynamic shared memory the entry's blocks use.
 func (e *entry) smemBytes() int { return e.stages * 8 * e.dim }
 
-// geomFunc gives a job's rows per group, group count and shared-memory row
-// slots. It must depend only on rows, dim and the device, so the dw
-// summation order is fixed per shape.
-type geomFunc func(rows, dim int) (rg, g, stages int)
+// geomFunc gives a job's rows per group, group count, shared-memory row
+// slots and kernel (wide: 512 threads). It must depend only on rows, dim and
+// the device, so the dw summation order is fixed per shape; the kernel must
+// depend on dim alone, so the row sums of an RMSInv, a DX and a DW of the
+// same shape run in the same order.
+type geomFunc func(rows, dim int) (rg, g, stages int, wide bool)
 
 func (e *entry) flags() int32 {
 	var f int32
@@ -171,7 +201,7 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 							e.dy, e.dw = get(d.DY), get(d.DW)
 							consumed[k+1][dwi] = true
 						}
-						e.rg, e.g, e.stages = geom(e.rows, e.dim)
+						e.rg, e.g, e.stages, e.wide = geom(e.rows, e.dim)
 						p.phases[k+1] = append(p.phases[k+1], e)
 						continue
 					}
@@ -181,7 +211,7 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 			case compute.OpDW:
 				e.dy, e.r, e.dw = get(o.DY), get(o.R), get(o.DW)
 			}
-			e.rg, e.g, e.stages = geom(e.rows, e.dim)
+			e.rg, e.g, e.stages, e.wide = geom(e.rows, e.dim)
 			p.phases[k] = append(p.phases[k], e)
 		}
 	}

@@ -208,25 +208,38 @@ func TestGroups(t *testing.T) {
 
 // fixedGeom splits rows into at most gmax groups and uses the register path.
 func fixedGeom(gmax int) geomFunc {
-	return func(rows, _ int) (int, int, int) {
+	return func(rows, _ int) (int, int, int, bool) {
 		rg, g := groups(rows, gmax)
-		return rg, g, 0
+		return rg, g, 0, false
 	}
 }
 
-// The geometry of an H200 (132 SMs, 227 KiB of shared memory per block):
-// two blocks per SM, as many row slots (up to 4) as half the shared memory
-// holds, registers for dims not a multiple of 4 or over 8192.
+// The geometry of an H200 (132 SMs, 227 KiB of shared memory per block).
+// By default: registers up to dim 4096 (256 threads, two blocks per SM), the
+// wide kernel from 7172 to 8192 (one block per SM), shared-memory slots for
+// the other multiples of 4 up to 8192, streaming otherwise. With
+// RMSGRAD_CUDA_STAGES (maxStages > 0): the slots for every multiple of 4 up
+// to 8192, as many (up to maxStages) as half the shared memory holds.
 func TestGeometry(t *testing.T) {
-	b := &Backend{sms: 132, smemOptin: 232448, maxStages: 4}
-	for _, c := range []struct{ rows, dim, rg, g, stages int }{
-		{16384, 4096, 63, 261, 3}, {32768, 8192, 125, 263, 1}, {4096, 4096, 16, 256, 3},
-		{16384, 5120, 63, 261, 2}, {1000, 257, 4, 250, 0}, {8, 1024, 1, 8, 1}, {100000, 1024, 379, 264, 4},
-		{64, 16384, 1, 64, 0}, {7, 4097, 1, 7, 0}, {1000, 2048, 4, 250, 4},
+	for _, c := range []struct {
+		maxStages, rows, dim, rg, g, stages int
+		wide                                bool
+	}{
+		{0, 16384, 4096, 63, 261, 0, false}, {0, 32768, 8192, 249, 132, 0, true}, {0, 4096, 4096, 16, 256, 0, false},
+		{0, 16384, 5120, 63, 261, 2, false}, {0, 16384, 6144, 63, 261, 2, false}, {0, 16384, 7168, 63, 261, 2, false},
+		{0, 16384, 7172, 125, 132, 0, true}, {0, 1000, 257, 4, 250, 0, false}, {0, 8, 1024, 1, 8, 0, false},
+		{0, 100000, 1024, 379, 264, 0, false}, {0, 64, 16384, 1, 64, 0, false}, {0, 7, 4097, 1, 7, 0, false},
+		{0, 7, 4100, 1, 7, 1, false}, {0, 1000, 2048, 4, 250, 0, false}, {0, 5, 8196, 1, 5, 0, false},
+		{4, 16384, 4096, 63, 261, 3, false}, {4, 32768, 8192, 125, 263, 1, false}, {4, 4096, 4096, 16, 256, 3, false},
+		{4, 16384, 5120, 63, 261, 2, false}, {4, 1000, 257, 4, 250, 0, false}, {4, 8, 1024, 1, 8, 1, false},
+		{4, 100000, 1024, 379, 264, 4, false}, {4, 64, 16384, 1, 64, 0, false}, {4, 7, 4097, 1, 7, 0, false},
+		{2, 4096, 4096, 16, 256, 2, false},
 	} {
-		rg, g, st := b.geometry(c.rows, c.dim)
-		if rg != c.rg || g != c.g || st != c.stages {
-			t.Errorf("geometry(%d, %d) = %d, %d, %d; want %d, %d, %d", c.rows, c.dim, rg, g, st, c.rg, c.g, c.stages)
+		b := &Backend{sms: 132, smemOptin: 232448, maxStages: c.maxStages}
+		rg, g, st, wide := b.geometry(c.rows, c.dim)
+		if rg != c.rg || g != c.g || st != c.stages || wide != c.wide {
+			t.Errorf("stages<=%d: geometry(%d, %d) = %d, %d, %d, %v; want %d, %d, %d, %v", c.maxStages, c.rows, c.dim,
+				rg, g, st, wide, c.rg, c.g, c.stages, c.wide)
 		}
 		if 2*(st*8*c.dim+smemReserve) > int(b.smemOptin)+smemReserve {
 			t.Errorf("geometry(%d, %d): %d slots: two blocks do not fit on an SM", c.rows, c.dim, st)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CUDA benchmark table (README "CUDA"): runs on the GPU machine with the
 # binaries cross-built here (no Go there):
-#   CGO_ENABLED=0 go test -c -o bin/cuda.test ./cuda/
+#   CGO_ENABLED=0 go test -c -o bin/cuda.test ./cuda/    (BIN=dir to run the binaries from elsewhere)
 #   scripts/bench-cuda.sh [out-dir]
 # The Go side (cuda.TestBenchTable) times our kernels on device-resident data
 # against a device copy of the same bytes and a c = a + b kernel, and 256
@@ -13,5 +13,5 @@ cd "$(dirname "$0")/.."
 out=${1:-${OUT:-/tmp}}
 mkdir -p "$out"
 json="$out/cuda-bench${TAG:+-$TAG}.json"
-RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_BENCH="$json" bin/cuda.test -test.run '^TestBenchTable$' -test.v -test.timeout 15m
+RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_BENCH="$json" "${BIN:-bin}"/cuda.test -test.run '^TestBenchTable$' -test.v -test.timeout 15m
 PYTHONUNBUFFERED=1 python3 scripts/cuda_peers.py "$json"

@@ -23,9 +23,10 @@
 // intrinsic so the compiler cannot contract or reorder differently between
 // variants.
 //
-// Determinism: the reduction order of a row depends only on dim (thread t owns
-// 4-element chunks t, t+256, ...; each thread sums its chunks in order, then a
-// fixed xor-butterfly per warp, then the 8 warp sums in order). dw partials
+// Determinism: the reduction order of a row depends only on dim (the host
+// picks the kernel, and so the block size T, from dim alone; thread t owns
+// 4-element chunks t, t+T, ...; each thread sums its chunks in order, then a
+// fixed xor-butterfly per warp, then a butterfly over the warp sums). dw partials
 // are per row group ([G, dim], the group size a function of rows and the
 // device's multiprocessor count only, rows inside a group summed in order) and
 // rms_norm_dw_reduce_f32 adds the G partials of each column in a fixed tree
@@ -34,11 +35,11 @@
 // compositions and recording orders.
 
 #define RMS_THREADS 256
-#define RMS_WARPS (RMS_THREADS / 32)
 // Chunks (of 4 floats) per thread of the shared-memory path (rows_smem,
-// dim <= 256*4*8 = 8192, a multiple of 4) and, up to 4, of the register path
-// (rows_regs). Other dims take the same arithmetic with re-reads from global
-// memory (rows_stream).
+// dim <= 256*4*8 = 8192, a multiple of 4; taken only when the host is asked
+// to, RMSGRAD_CUDA_STAGES) and, up to 4, of the register paths (rows_regs,
+// 256 threads up to dim 4096, 512 threads from 4100 to 8192). Other dims
+// take the same arithmetic with re-reads from global memory (rows_stream).
 #define RMS_KMAX 8
 // Rows with at most RMS_PF_KMAX chunks per thread load the next row of the
 // group while the current one is reduced (two rows of registers).
@@ -53,6 +54,7 @@
 #define F_WRITE_R 2
 #define F_DX 4
 #define F_DW 8
+#define F_ALL (F_COMPUTE_R | F_WRITE_R | F_DX | F_DW)
 
 // Job is one entry of the job table; cuda/plan.go writes the same layout
 // (jobEntry, 96 bytes).
@@ -154,11 +156,12 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // Accumulates one chunk's contributions to ss (sum x^2) and s (sum dy*x*w).
+// vec (dim % 4 == 0) means every element of a chunk is in the row.
 __device__ __forceinline__ void accum(const float xv[4], const float dv[4], const float wv[4], int e,
-                                      int dim, bool doR, bool doS, float& ss, float& s) {
+                                      int dim, bool vec, bool doR, bool doS, float& ss, float& s) {
 #pragma unroll
 	for (int q = 0; q < 4; q++) {
-		if (e + q < dim) {
+		if (vec || e + q < dim) {
 			if (doR) ss = __fmaf_rn(xv[q], xv[q], ss);
 			if (doS) s = __fmaf_rn(__fmul_rn(dv[q], xv[q]), wv[q], s);
 		}
@@ -171,9 +174,15 @@ __device__ __forceinline__ void dx4(const float xv[4], const float dv[4], const 
 	for (int q = 0; q < 4; q++) out[q] = __fmul_rn(r, __fmaf_rn(-xv[q], c, __fmul_rn(dv[q], wv[q])));
 }
 
-// Sums (ss, s) over the block in a fixed order; red is double-buffered by
-// row parity so one barrier per row suffices.
-__device__ __forceinline__ void block_sum2(float& ss, float& s, float (*red)[2][RMS_WARPS], int p) {
+// Sums (ss, s) over a block of T threads in a fixed order: a butterfly in
+// each warp, the warp sums through shared memory, then a butterfly over the
+// T/32 warp sums (lanes past them add 0). Every lane of every warp ends with
+// the same bits (a xor butterfly pairs the same values in every lane, and
+// float addition is commutative). red is double-buffered by row parity so
+// one barrier per row suffices.
+template <int T>
+__device__ __forceinline__ void block_sum2(float& ss, float& s, float (*red)[2][32], int p) {
+	constexpr int W = T / 32;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	ss = warp_sum(ss);
 	s = warp_sum(s);
@@ -182,117 +191,112 @@ __device__ __forceinline__ void block_sum2(float& ss, float& s, float (*red)[2][
 		red[p][1][warp] = s;
 	}
 	__syncthreads();
-	float tss = 0.0f, ts = 0.0f;
-#pragma unroll
-	for (int i = 0; i < RMS_WARPS; i++) {
-		tss = __fadd_rn(tss, red[p][0][i]);
-		ts = __fadd_rn(ts, red[p][1][i]);
-	}
-	ss = tss;
-	s = ts;
+	ss = warp_sum(lane < W ? red[p][0][lane] : 0.0f);
+	s = warp_sum(lane < W ? red[p][1][lane] : 0.0f);
 }
 
 __device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
 	return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)dim), eps)));
 }
 
-// Loads row b's chunks of x (and dy) into registers.
-template <int K>
-__device__ __forceinline__ void load_row(const Job& J, int b, int nch, bool vec, bool needDY, float xv[K][4],
-                                         float dv[K][4]) {
-	const float* xr = J.x + (size_t)b * J.dim;
-	const float* dyr = J.dy + (size_t)b * J.dim;
-#pragma unroll
-	for (int k = 0; k < K; k++) {
-		const int c = threadIdx.x + k * RMS_THREADS;
-		if (c < nch) {
-			load4(xr, c * 4, J.dim, vec, xv[k]);
-			if (needDY) load4(dyr, c * 4, J.dim, vec, dv[k]);
-		}
-	}
-}
-
-// The rows of one group with each row held in registers (K chunks per
-// thread). With PF, the next row is loaded while this one is reduced.
-template <int K, bool PF>
-__device__ void rows_regs(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
+// The rows of one group with each row held in registers: thread t owns the
+// 4-element chunks t, t+T, ... (K of them) of every row, and, when dx is
+// wanted, the same chunks of w, loaded once. With PF, the next row of the
+// group is in flight while this one is reduced and written: two register
+// slots, the row loop unrolled by two so that the slot index is a constant
+// (a run-time index would put the arrays in local memory). Measured on the
+// H200 (cuda/NOTES.md, run 4): holding w in registers instead of
+// re-reading it twice per row took the register path from 77% to 93% of the
+// device copy at 16384x4096.
+//
+// FUSED is the worker's common case, compiled apart: every flag set (r
+// computed and written, dx, dw) and dim a multiple of 4, so that the flag
+// and bounds tests fold away. It runs the same instructions in the same
+// order as the general path, so the bits are the same (TestKernelsOnCPU).
+template <int T, int K, bool PF, bool FUSED>
+__device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
+	constexpr int S = PF ? 2 : 1;
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
-	const bool vec = (dim & 3) == 0;
-	const bool doR = (J.flags & F_COMPUTE_R) != 0;
-	const bool doDX = (J.flags & F_DX) != 0;
-	const bool doDW = (J.flags & F_DW) != 0;
+	const bool vec = FUSED || (dim & 3) == 0;
+	const bool doR = FUSED || (J.flags & F_COMPUTE_R) != 0;
+	const bool writeR = FUSED || (J.flags & F_WRITE_R) != 0;
+	const bool doDX = FUSED || (J.flags & F_DX) != 0;
+	const bool doDW = FUSED || (J.flags & F_DW) != 0;
 	const bool needDY = doDX || doDW;
 	const int t = threadIdx.x;
-
-	float dwacc[K][4];
-#pragma unroll
-	for (int k = 0; k < K; k++)
-#pragma unroll
-		for (int q = 0; q < 4; q++) dwacc[k][q] = 0.0f;
-
 	const int b0 = grp * J.rg;
 	const int b1 = min(b0 + J.rg, J.rows);
-	float xv[K][4], dv[K][4];
+
+	float wv[K][4], dwacc[K][4], xs[S][K][4], ds[S][K][4];
 #pragma unroll
-	for (int k = 0; k < K; k++)
+	for (int k = 0; k < K; k++) {
+		const int c = t + k * T;
 #pragma unroll
-		for (int q = 0; q < 4; q++) xv[k][q] = dv[k][q] = 0.0f;
-	load_row<K>(J, b0, nch, vec, needDY, xv, dv);
-	for (int b = b0; b < b1; b++) {
-		float ss = 0.0f, s = 0.0f;
-		if (doR || doDX) {
+		for (int q = 0; q < 4; q++) wv[k][q] = dwacc[k][q] = 0.0f;
+		if (doDX && c < nch) load4(J.w, c * 4, dim, vec, wv[k]);
+#pragma unroll
+		for (int i = 0; i < S; i++)
+#pragma unroll
+			for (int q = 0; q < 4; q++) xs[i][k][q] = ds[i][k][q] = 0.0f;
+	}
+	// load fills slot i with row b (nothing past the group's last row).
+	auto load = [&](int i, int b) {
+		if (b < b1) {
+			const float* xr = J.x + (size_t)b * dim;
+			const float* dyr = J.dy + (size_t)b * dim;
 #pragma unroll
 			for (int k = 0; k < K; k++) {
-				const int c = t + k * RMS_THREADS;
+				const int c = t + k * T;
 				if (c < nch) {
-					float wv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-					if (doDX) load4(J.w, c * 4, dim, vec, wv);
-					accum(xv[k], dv[k], wv, c * 4, dim, doR, doDX, ss, s);
+					load4(xr, c * 4, dim, vec, xs[i][k]);
+					if (needDY) load4(dyr, c * 4, dim, vec, ds[i][k]);
 				}
 			}
 		}
-		float xn[PF ? K : 1][4], dn[PF ? K : 1][4];
-		if (PF && b + 1 < b1) load_row<PF ? K : 1>(J, b + 1, nch, vec, needDY, xn, dn);
-		float r = 0.0f, cc = 0.0f;
-		if (doR || doDX) block_sum2(ss, s, red, b & 1);
-		if (doR) {
-			r = rms_inv(ss, dim, J.eps);
-			if ((J.flags & F_WRITE_R) && t == 0) J.r[b] = r;
-		} else if (needDY) {
-			r = J.r[b];
-		}
-		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
-		if (needDY) {
+	};
 #pragma unroll
-			for (int k = 0; k < K; k++) {
-				const int c = t + k * RMS_THREADS;
-				if (c < nch) {
-					if (doDX) {
-						float wv[4], o[4];
-						load4(J.w, c * 4, dim, vec, wv);
-						dx4(xv[k], dv[k], wv, r, cc, o);
-						store4(J.dx + (size_t)b * dim, c * 4, dim, vec, o);
+	for (int i = 0; i < S; i++) load(i, b0 + i);
+	for (int bb = b0; bb < b1; bb += S) {
+#pragma unroll
+		for (int i = 0; i < S; i++) {
+			const int b = bb + i;
+			if (b < b1) {
+				float ss = 0.0f, s = 0.0f, r = 0.0f, cc = 0.0f;
+				if (doR || doDX) {
+#pragma unroll
+					for (int k = 0; k < K; k++) {
+						const int c = t + k * T;
+						if (c < nch) accum(xs[i][k], ds[i][k], wv[k], c * 4, dim, vec, doR, doDX, ss, s);
 					}
-					if (doDW) {
+					block_sum2<T>(ss, s, red, b & 1);
+				}
+				if (doR) {
+					r = rms_inv(ss, dim, J.eps);
+					if (writeR && t == 0) J.r[b] = r;
+				} else if (needDY) {
+					r = J.r[b];
+				}
+				if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
+				if (needDY) {
 #pragma unroll
-						for (int q = 0; q < 4; q++)
-							dwacc[k][q] = __fmaf_rn(__fmul_rn(dv[k][q], xv[k][q]), r, dwacc[k][q]);
+					for (int k = 0; k < K; k++) {
+						const int c = t + k * T;
+						if (c < nch) {
+							if (doDX) {
+								float o[4];
+								dx4(xs[i][k], ds[i][k], wv[k], r, cc, o);
+								store4(J.dx + (size_t)b * dim, c * 4, dim, vec, o);
+							}
+							if (doDW) {
+#pragma unroll
+								for (int q = 0; q < 4; q++)
+									dwacc[k][q] = __fmaf_rn(__fmul_rn(ds[i][k][q], xs[i][k][q]), r, dwacc[k][q]);
+							}
+						}
 					}
 				}
-			}
-		}
-		if (b + 1 < b1) {
-			if (PF) {
-#pragma unroll
-				for (int k = 0; k < K; k++)
-#pragma unroll
-					for (int q = 0; q < 4; q++) {
-						xv[k][q] = xn[PF ? k : 0][q];
-						dv[k][q] = dn[PF ? k : 0][q];
-					}
-			} else {
-				load_row<K>(J, b + 1, nch, vec, needDY, xv, dv);
+				load(i, b + S); // the slot this row used, S rows ahead
 			}
 		}
 	}
@@ -300,7 +304,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
 		float* part = J.part + (size_t)grp * dim;
 #pragma unroll
 		for (int k = 0; k < K; k++) {
-			const int c = t + k * RMS_THREADS;
+			const int c = t + k * T;
 			if (c < nch) store4(part, c * 4, dim, vec, dwacc[k]);
 		}
 	}
@@ -312,7 +316,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
 // while the current one is reduced and written. The arithmetic is that of
 // rows_regs, chunk by chunk in the same order, so the bits are the same.
 template <int K>
-__device__ void rows_smem(const Job& J, int grp, float (*red)[2][RMS_WARPS], float* sm) {
+__device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm) {
 	const int dim = J.dim;
 	const int nch = dim >> 2;
 	const bool doR = (J.flags & F_COMPUTE_R) != 0;
@@ -367,10 +371,10 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][RMS_WARPS], flo
 						load4rw(sd, c * 4, dim, true, dv);
 						load4(J.w, c * 4, dim, true, wv);
 					}
-					accum(xv, dv, wv, c * 4, dim, doR, doDX, ss, s);
+					accum(xv, dv, wv, c * 4, dim, true, doR, doDX, ss, s);
 				}
 			}
-			block_sum2(ss, s, red, b & 1);
+			block_sum2<RMS_THREADS>(ss, s, red, b & 1);
 		}
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
@@ -415,7 +419,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][RMS_WARPS], flo
 // The rows of one group for dims over 4 chunks per thread without slots: the same
 // arithmetic, re-reading x and dy, the dw accumulator living in the group's
 // partial row (only this thread touches these columns of this group).
-__device__ void rows_stream(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
+__device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
 	const bool vec = (dim & 3) == 0;
@@ -439,9 +443,9 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
 					load4(dyr, c * 4, dim, vec, d4);
 					load4(J.w, c * 4, dim, vec, w4);
 				}
-				accum(x4, d4, w4, c * 4, dim, doR, doDX, ss, s);
+				accum(x4, d4, w4, c * 4, dim, vec, doR, doDX, ss, s);
 			}
-			block_sum2(ss, s, red, b & 1);
+			block_sum2<RMS_THREADS>(ss, s, red, b & 1);
 		}
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
@@ -478,16 +482,19 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][RMS_WARPS]) {
 }
 
 // grid: (total groups of all jobs of the launch). bmap[blockIdx.x] is the
-// block's job; its group is blockIdx.x - jobs[j].start.
+// block's job; its group is blockIdx.x - jobs[j].start. 256 threads, two
+// blocks per multiprocessor: dims up to 4096 on the register path, and the
+// others (dims not a multiple of 4 over 4096, or over 8192) streaming.
 extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
     rms_norm_backward_rows_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][RMS_WARPS];
+	__shared__ float red[2][2][32];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int grp = blockIdx.x - J.start;
 	const int nch = (J.dim + 3) >> 2;
 	const int K = (nch + RMS_THREADS - 1) / RMS_THREADS;
 	if (J.stages > 0) {
-		// dim % 4 == 0 and K <= RMS_KMAX (the host sets stages only then).
+		// dim % 4 == 0 and K <= RMS_KMAX (the host sets stages only then,
+		// and only when RMSGRAD_CUDA_STAGES asks for this path).
 		float* sm = reinterpret_cast<float*>(rms_dyn);
 		switch (K) {
 		case 1:
@@ -507,23 +514,59 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 	}
 	switch (K) {
 	case 1:
-		rows_regs<1, (1 <= RMS_PF_KMAX)>(J, grp, red);
+		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), false>(J, grp, red);
 		break;
 	case 2:
-		rows_regs<2, (2 <= RMS_PF_KMAX)>(J, grp, red);
+		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), false>(J, grp, red);
 		break;
 	case 3:
-		rows_regs<3, (3 <= RMS_PF_KMAX)>(J, grp, red);
-		break;
 	case 4:
-		rows_regs<4, (4 <= RMS_PF_KMAX)>(J, grp, red);
+		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), false>(J, grp, red);
 		break;
 	default:
-		// Over 4 chunks per thread without shared-memory slots (dims not
-		// a multiple of 4, or over 8192): x and dy re-read, no register
-		// arrays (holding 8 chunks of x and dy spilled at 128 registers).
+		// Over 4 chunks per thread: x and dy re-read, no register arrays.
 		rows_stream(J, grp, red);
 	}
+}
+
+// The wide rows kernel: 512 threads, one block per multiprocessor, for dims
+// that are a multiple of 4 from 4100 to 8192 (3 or 4 chunks per thread, the
+// row and w in registers: 128 registers, no spills). One 256-thread block
+// holding 8 chunks per thread spilled; two 512-thread blocks per SM left 64
+// registers and spilled too (cuda/NOTES.md, run 4).
+#define RMS_WIDE_THREADS 512
+extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
+    rms_norm_backward_rows512_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+	__shared__ float red[2][2][32];
+	const Job J = jobs[bmap[blockIdx.x]];
+	const int grp = blockIdx.x - J.start;
+	rows_regs<RMS_WIDE_THREADS, 4, true, false>(J, grp, red);
+}
+
+// The fused entries of the two register paths (every flag set, dim a
+// multiple of 4, up to 4096 and from 4100 to 8192), compiled as kernels of
+// their own so that the general paths' register pressure does not make
+// them spill. The host sends an entry here only in that case.
+extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
+    rms_norm_backward_rows_fused_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+	__shared__ float red[2][2][32];
+	const Job J = jobs[bmap[blockIdx.x]];
+	const int grp = blockIdx.x - J.start;
+	const int nch = J.dim >> 2;
+	if (nch <= RMS_THREADS)
+		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), true>(J, grp, red);
+	else if (nch <= 2 * RMS_THREADS)
+		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), true>(J, grp, red);
+	else
+		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), true>(J, grp, red);
+}
+
+extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
+    rms_norm_backward_rows512_fused_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+	__shared__ float red[2][2][32];
+	const Job J = jobs[bmap[blockIdx.x]];
+	const int grp = blockIdx.x - J.start;
+	rows_regs<RMS_WIDE_THREADS, 4, true, true>(J, grp, red);
 }
 
 // Reduce layout: a block sums RED_CH chunks of 4 columns over all G partials
@@ -546,15 +589,18 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 	float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	if (e < dim) {
 		int g = sl;
-		// Two loads in flight per step; the adds stay in group order.
-		for (; g + RED_SL < J.g; g += 2 * RED_SL) {
-			float u[4], v[4];
-			load4rw(J.part + (size_t)g * dim, e, dim, vec, u);
-			load4rw(J.part + (size_t)(g + RED_SL) * dim, e, dim, vec, v);
+		// Four loads in flight per step (a dependent load per add left the
+		// reduction latency-bound); the adds stay in group order.
+		for (; g + 3 * RED_SL < J.g; g += 4 * RED_SL) {
+			float u[4][4];
 #pragma unroll
-			for (int q = 0; q < 4; q++) a[q] = __fadd_rn(__fadd_rn(a[q], u[q]), v[q]);
+			for (int i = 0; i < 4; i++) load4rw(J.part + (size_t)(g + i * RED_SL) * dim, e, dim, vec, u[i]);
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+#pragma unroll
+				for (int q = 0; q < 4; q++) a[q] = __fadd_rn(a[q], u[i][q]);
 		}
-		if (g < J.g) {
+		for (; g < J.g; g += RED_SL) {
 			float u[4];
 			load4rw(J.part + (size_t)g * dim, e, dim, vec, u);
 #pragma unroll
@@ -575,6 +621,20 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 		store4(J.dw, e, dim, vec, o);
 	}
 }
+
+// Spins for ns nanoseconds (one thread). Benchmarks launch it before the
+// timed work so that the launches are queued while the GPU is busy and the
+// device events time the kernels, not the host's launch latency (the
+// "blocking kernel" of nvbench).
+#ifndef RMS_EMU
+extern "C" __global__ void rms_bench_spin(long long ns) {
+	unsigned long long t0, t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+	do {
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	} while ((long long)(t - t0) < ns);
+}
+#endif
 
 // c = a + b over n4 float4s: the device bandwidth ceiling the benchmarks
 // compare with (12 bytes per element, as our kernels' minimal traffic).

@@ -1,9 +1,10 @@
 // Runs shaders/rms_norm_backward.cu on the CPU (cuda.TestKernelsOnCPU): each
-// launch's blocks run in turn on 256 threads with real barriers, warp
+// launch's blocks run in turn on 256 (or, for the wide kernel, 512) threads with real barriers, warp
 // shuffles through a per-warp exchange, CUDA's round-to-nearest intrinsics
 // as plain IEEE float operations. It checks r, dx, dw against a double
-// reference and that the fused entry (RMSInv+DX+DW) gives bitwise the bits
-// of the three run as separate launches (DX on the register path). Exit status 1 on any failure.
+// reference and that the fused entry (RMSInv+DX+DW; on the register path
+// and, where it applies, the shared-memory path) gives bitwise the bits of
+// the three run as separate launches. Exit status 1 on any failure.
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -30,7 +31,7 @@ inline float __fmaf_rn(float a,float b,float c){return std::fmaf(a,b,c);}
 inline float __fdiv_rn(float a,float b){return a/b;}
 inline float __frcp_rn(float a){return 1.0f/a;}
 inline float __fsqrt_rn(float a){return std::sqrt(a);}
-std::barrier<>* g_bar; std::barrier<>* g_warp[8]; float g_wbuf[8][32];
+std::barrier<>* g_bar; std::barrier<>* g_warp[16]; float g_wbuf[16][32];
 inline void __syncthreads(){ g_bar->arrive_and_wait(); }
 inline float __shfl_xor_sync(unsigned, float v, int o){
   int t=threadIdx.x, w=t>>5, l=t&31;
@@ -43,27 +44,36 @@ using std::min;
 float4 rms_dyn[232448 / 16]; // dynamic shared memory (blocks run one at a time)
 #include RMS_CU
 
-// launch runs blocks one after another on 256 threads (one per CUDA
+// launch runs blocks one after another on threads threads (one per CUDA
 // thread), with real barriers for __syncthreads and the warp shuffles.
-void launch(int blocks, std::function<void()> k){
-  std::barrier<> bar(256); g_bar=&bar;
-  for(int w=0;w<8;w++) g_warp[w]=new std::barrier<>(32);
+void launch(int blocks, int threads, std::function<void()> k){
+  std::barrier<> bar(threads); g_bar=&bar;
+  int warps=threads/32;
+  for(int w=0;w<warps;w++) g_warp[w]=new std::barrier<>(32);
   std::vector<std::thread> th;
-  for(int t=0;t<256;t++) th.emplace_back([=,&bar]{
+  for(int t=0;t<threads;t++) th.emplace_back([=,&bar]{
     for(int b=0;b<blocks;b++){ threadIdx={(unsigned)t,0,0}; blockIdx={(unsigned)b,0,0}; k(); bar.arrive_and_wait(); } });
   for(auto&x:th) x.join();
-  for(int w=0;w<8;w++) delete g_warp[w];
+  for(int w=0;w<warps;w++) delete g_warp[w];
 }
 struct Case { int rows, dim, gmax; };
 int fails=0;
 // run: entries built from flags; returns r,dx,dw
-void run(int rows,int dim,int gmax,bool fused,std::vector<float>&x,std::vector<float>&w,std::vector<float>&dy,
+// mode 0: fused on the register path; 1: fused on the shared-memory path
+// where RMSGRAD_CUDA_STAGES would take it (else registers); 2: RMSInv, DX,
+// DW as three launches on the register path.
+void run(int rows,int dim,int gmax,int mode,std::vector<float>&x,std::vector<float>&w,std::vector<float>&dy,
          std::vector<float>&r,std::vector<float>&dx,std::vector<float>&dw){
   int rg=(rows+gmax-1)/gmax, g=(rows+rg-1)/rg;
   std::vector<float> part((size_t)g*dim, NAN);
   r.assign(rows,NAN); dx.assign((size_t)rows*dim,NAN); dw.assign(dim,NAN);
-  // Shared-memory row slots for dims the host sends down rows_smem.
-  int nch=(dim+3)/4; int st = (dim%4==0 && nch<=256*8) ? std::min(3, rg) : 0;
+  // The wide kernel where the host takes it (dims 7172..8192, a multiple
+  // of 4); shared-memory row slots for the dims up to 4096 that
+  // RMSGRAD_CUDA_STAGES would send down rows_smem.
+  int nch=(dim+3)/4; bool wideDim = dim%4==0 && nch>512*7/2 && nch<=512*4;
+  // (Dims the wide kernel takes never get slots unless RMSGRAD_CUDA_STAGES
+  // sends every job of that dim down rows_smem: no mixing, so none here.)
+  int st = (dim%4==0 && nch<=256*8 && !wideDim) ? std::min(3, rg) : 0;
   auto mk=[&](int flags, int stages){ Job J{}; J.stages=stages; J.x=x.data(); J.w=w.data(); J.dy=dy.data(); J.r=r.data(); J.dx=dx.data(); J.part=part.data(); J.dw=dw.data();
     J.rows=rows; J.dim=dim; J.rg=rg; J.g=g; J.flags=flags; J.eps=1e-5f; J.start=0; J.rstart=0; return J;};
   int nred=((dim+3)/4+7)/8;
@@ -72,28 +82,40 @@ void run(int rows,int dim,int gmax,bool fused,std::vector<float>&x,std::vector<f
     std::vector<int> bm, bmr; int s=0, rs=0;
     for(size_t i=0;i<jobs.size();i++){ jobs[i].start=s; jobs[i].rstart=rs; for(int k=0;k<jobs[i].g;k++) bm.push_back(i); s+=jobs[i].g;
       if(jobs[i].flags&F_DW){ for(int k=0;k<nred;k++) bmr.push_back(i); rs+=nred; } }
-    launch(s,[&]{ rms_norm_backward_rows_f32(jobs.data(), bm.data()); });
-    if(rs) launch(rs,[&]{ rms_norm_dw_reduce_f32(jobs.data(), bmr.data()); });
+    // The kernel the host picks (cuda/plan.go entry.kernel).
+    bool fusedK = jobs[0].flags==(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW) && dim%4==0 && jobs[0].stages==0;
+    bool wide = wideDim && jobs[0].stages==0;
+    if(wide && fusedK) launch(s,512,[&]{ rms_norm_backward_rows512_fused_f32(jobs.data(), bm.data()); });
+    else if(wide) launch(s,512,[&]{ rms_norm_backward_rows512_f32(jobs.data(), bm.data()); });
+    else if(fusedK && nch<=1024) launch(s,256,[&]{ rms_norm_backward_rows_fused_f32(jobs.data(), bm.data()); });
+    else launch(s,256,[&]{ rms_norm_backward_rows_f32(jobs.data(), bm.data()); });
+    if(rs) launch(rs,256,[&]{ rms_norm_dw_reduce_f32(jobs.data(), bmr.data()); });
   };
   // Fused on the shared-memory path where the host would take it; apart,
   // the DX on the register path: the bits must agree either way.
-  if(fused){ go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, st)}); }
+  if(mode==0) go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, 0)});
+  else if(mode==1) go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, st)});
   else { go({mk(F_COMPUTE_R|F_WRITE_R, st)}); go({mk(F_DX, 0)}); go({mk(F_DW, st)}); }
 }
 int main(){
   // gmax (the most groups a job is split into) is small here so that groups
   // of several rows, and the next-row prefetch, are exercised cheaply.
-  std::vector<Case> cs={{2,32,264},{7,1,3},{3,257,264},{65,31,8},{7,4097,3},{5,9000,2},{40,1024,6},{5,6144,2},{1,3,264},{9,8192,4},{33,2048,5}};
+  std::vector<Case> cs={{2,32,264},{7,1,3},{3,257,264},{65,31,8},{7,4097,3},{5,9000,2},{40,1024,6},{5,6144,2},{1,3,264},{9,8192,4},{33,2048,5},{3,4100,2},{6,5120,2},{3,7172,2},{5,1000,2},{300,4,2},{600,12,264}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> U(-1,1);
   for(auto c:cs){
     int rows=c.rows, dim=c.dim; size_t n=(size_t)rows*dim;
     std::vector<float> x(n),w(dim),dy(n);
     for(auto&v:x)v=U(rng); for(auto&v:dy)v=U(rng)*0.5f; for(auto&v:w)v=1+0.1f*U(rng);
-    std::vector<float> r1,dx1,dw1,r2,dx2,dw2;
-    run(rows,dim,c.gmax,true,x,w,dy,r1,dx1,dw1);
-    run(rows,dim,c.gmax,false,x,w,dy,r2,dx2,dw2);
+    std::vector<float> r1,dx1,dw1,r2,dx2,dw2,r3,dx3,dw3;
+    run(rows,dim,c.gmax,0,x,w,dy,r1,dx1,dw1);
+    run(rows,dim,c.gmax,2,x,w,dy,r2,dx2,dw2);
     bool same = memcmp(r1.data(),r2.data(),4*rows)==0 && memcmp(dx1.data(),dx2.data(),4*n)==0 && memcmp(dw1.data(),dw2.data(),4*dim)==0;
+    int nch=(dim+3)/4;
+    if(dim%4==0 && nch<=256*8 && !(nch>512*7/2)){
+      run(rows,dim,c.gmax,1,x,w,dy,r3,dx3,dw3);
+      same = same && memcmp(r1.data(),r3.data(),4*rows)==0 && memcmp(dx1.data(),dx3.data(),4*n)==0 && memcmp(dw1.data(),dw3.data(),4*dim)==0;
+    }
     // reference
     double maxe=0, maxw=0;
     std::vector<double> dwr(dim,0);
@@ -106,7 +128,7 @@ int main(){
     for(int i=0;i<dim;i++){ double e=std::fabs(dw1[i]-dwr[i]); if(!(e<=1e-4*(1+std::fabs(dwr[i])*1)+1e-5*rows)) maxw=1e9; maxw=std::max(maxw,e); }
     bool ok = same && maxe<1e-5 && maxw<1e-2;
     if(!ok) fails++;
-    printf("%5dx%-5d gmax %3d smem+fused==regs+apart:%d r_relerr %.2g dw_abserr %.2g %s\n", rows, dim, c.gmax, same, maxe, maxw, ok?"ok":"FAIL");
+    printf("%5dx%-5d gmax %3d fused(regs)==fused(smem)==apart:%d r_relerr %.2g dw_abserr %.2g %s\n", rows, dim, c.gmax, same, maxe, maxw, ok?"ok":"FAIL");
   }
   return fails?1:0;
 }
