@@ -75,3 +75,34 @@ func TestRangeCRC(t *testing.T) {
 		t.Error("a range past the body's end: no error")
 	}
 }
+
+// TestCRC32COnePassMatchesCombined: the one-pass sum of a body up to
+// crcOnePassMax and the head/tail combine used above it agree with each
+// other and with the sum of the bytes, for several head/tail splits and
+// sizes on both sides of crcOnePassMax, through crc32cAt and crc32cTo.
+func TestCRC32COnePassMatchesCombined(t *testing.T) {
+	data := make([]byte, crcOnePassMax+3*crcHeadSplit)
+	for i := range data {
+		data[i] = byte(i*29 + i>>9)
+	}
+	body := storage.NewSegments(data[:300], data[300:crcOnePassMax-7], data[crcOnePassMax-7:])
+	for _, n := range []int64{36 << 10, crcOnePassMax - 1, crcOnePassMax, crcOnePassMax + 1, crcOnePassMax + crcHeadSplit + 5} {
+		want := crc32.Checksum(data[:n], castagnoli)
+		for _, split := range []int64{0, 1, 300, crcHeadSplit, n / 2, n - 1, n} {
+			head := crc32.Checksum(data[:split], castagnoli)
+			tail := crc32.Checksum(data[split:n], castagnoli)
+			if got := crc32cCombine(head, tail, n-split); got != want {
+				t.Errorf("n %d split %d: combined %08x, one pass %08x", n, split, got, want)
+			}
+		}
+		if got, err := crc32cAt(bytes.NewReader(data), 0, n); err != nil || got != want {
+			t.Errorf("crc32cAt(0, %d) = %08x, %v; want %08x", n, got, err, want)
+		}
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := crc32cTo(body, body, 0, n); err != nil || got != want {
+			t.Errorf("crc32cTo(0, %d) = %08x, %v; want %08x", n, got, err, want)
+		}
+	}
+}
