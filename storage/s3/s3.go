@@ -418,59 +418,79 @@ func (s *Store) ReadPrefix(ctx context.Context, ref storage.Ref, p []byte) (int,
 	var n int
 	var info storage.ObjectInfo
 	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
 		if s.fast != nil {
-			var err error
 			if n, info, err = s.fastPrefix(ctx, ref, p); err != errFallback {
 				return err
 			}
 		}
-		var opts minio.GetObjectOptions
-		if err := opts.SetRange(0, int64(len(p))-1); err != nil {
-			return err
-		}
-		actx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		watchdog := time.AfterFunc(s.stall, func() { cancel(errStalled) })
-		defer watchdog.Stop()
-		body, oi, hdr, err := s.rcore.GetObject(actx, ref.Bucket, ref.Key, opts)
-		if err != nil {
-			err = s.attemptErr(ctx, actx, err, "GET")
-			if errors.Is(err, storage.ErrShortRead) {
-				// 416: a range of an empty object; one HEAD (retried by
-				// this loop, not a nested one) gives its size and version.
-				oi, serr := s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
-				if serr != nil {
-					return classify(serr)
-				}
-				n, info = 0, storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}
-				return nil
-			}
-			return err
-		}
-		defer body.Close()
-		total := oi.Size
-		if cr := hdr.Get("Content-Range"); cr != "" {
-			_, t, ok := strings.Cut(cr, "/")
-			if total, err = strconv.ParseInt(t, 10, 64); !ok || err != nil {
-				return storage.Errorf(storage.ErrRejected, "GET of the object's start: malformed Content-Range %q", cr)
-			}
-		}
-		want := min(int64(len(p)), total)
-		if oi.Size < want {
-			return storage.Errorf(storage.ErrShortRead, "GET of the object's start returned %d bytes, want %d", oi.Size, want)
-		}
-		got, err := io.ReadFull(body, p[:want])
-		if err != nil {
-			c := s.attemptErr(ctx, actx, err, "GET body")
-			if retryable(c) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, got, want, c)}
-			}
-			return c
-		}
-		n, info = got, storage.ObjectInfo{Size: total, ETag: oi.ETag}
-		return nil
+		n, info, err = s.minioPrefix(ctx, ref, p)
+		return err
 	})
 	return n, info, err
+}
+
+// The minio-go attempts and the HEAD of an empty object are methods of
+// their own, kept out of line: their locals (minio.ObjectInfo, the
+// options) take kilobytes of stack, and ReadPrefix's and read's attempts
+// and the fast path start on goroutines with fresh stacks (the queue's,
+// the handler's), where frames that large cost a stack copy
+// (runtime.morestack) per job.
+
+// minioPrefix is one ReadPrefix attempt through minio-go.
+//
+//go:noinline
+func (s *Store) minioPrefix(ctx context.Context, ref storage.Ref, p []byte) (int, storage.ObjectInfo, error) {
+	var opts minio.GetObjectOptions
+	if err := opts.SetRange(0, int64(len(p))-1); err != nil {
+		return 0, storage.ObjectInfo{}, err
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchdog := time.AfterFunc(s.stall, func() { cancel(errStalled) })
+	defer watchdog.Stop()
+	body, oi, hdr, err := s.rcore.GetObject(actx, ref.Bucket, ref.Key, opts)
+	if err != nil {
+		err = s.attemptErr(ctx, actx, err, "GET")
+		if errors.Is(err, storage.ErrShortRead) {
+			return s.emptyPrefix(ctx, ref)
+		}
+		return 0, storage.ObjectInfo{}, err
+	}
+	defer body.Close()
+	total := oi.Size
+	if cr := hdr.Get("Content-Range"); cr != "" {
+		_, t, ok := strings.Cut(cr, "/")
+		if total, err = strconv.ParseInt(t, 10, 64); !ok || err != nil {
+			return 0, storage.ObjectInfo{}, storage.Errorf(storage.ErrRejected, "GET of the object's start: malformed Content-Range %q", cr)
+		}
+	}
+	want := min(int64(len(p)), total)
+	if oi.Size < want {
+		return 0, storage.ObjectInfo{}, storage.Errorf(storage.ErrShortRead, "GET of the object's start returned %d bytes, want %d", oi.Size, want)
+	}
+	got, err := io.ReadFull(body, p[:want])
+	if err != nil {
+		c := s.attemptErr(ctx, actx, err, "GET body")
+		if retryable(c) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, storage.ObjectInfo{}, &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, got, want, c)}
+		}
+		return 0, storage.ObjectInfo{}, c
+	}
+	return got, storage.ObjectInfo{Size: total, ETag: oi.ETag}, nil
+}
+
+// emptyPrefix answers a ReadPrefix attempt whose range GET got 416, a
+// range of an empty object: one HEAD (retried by the caller's loop, not a
+// nested one) gives its size and version.
+//
+//go:noinline
+func (s *Store) emptyPrefix(ctx context.Context, ref storage.Ref) (int, storage.ObjectInfo, error) {
+	oi, err := s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
+	if err != nil {
+		return 0, storage.ObjectInfo{}, classify(err)
+	}
+	return 0, storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}, nil
 }
 
 var _ storage.PrefixReader = (*Store)(nil)
@@ -513,11 +533,9 @@ func (s *Store) read(ctx context.Context, ref storage.Ref, etag string, p []byte
 		start := off + int64(done)
 		want := int64(len(p) - done)
 		skip := int64(0)
-		var opts minio.GetObjectOptions
-		if whole && done == 0 {
+		plain := whole && done == 0
+		if plain {
 			skip, want = off, objectSize
-		} else if err := opts.SetRange(start, off+int64(len(p))-1); err != nil {
-			return err
 		}
 		if s.fast != nil {
 			to := int64(-1)
@@ -528,57 +546,72 @@ func (s *Store) read(ctx context.Context, ref storage.Ref, etag string, p []byte
 				return err
 			}
 		}
-		if pin != "" {
-			if err := opts.SetMatchETag(pin); err != nil {
-				return err
-			}
-		}
-		actx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		watchdog := time.AfterFunc(s.stall, func() { cancel(errStalled) })
-		defer watchdog.Stop()
-		body, oi, _, err := s.rcore.GetObject(actx, ref.Bucket, ref.Key, opts)
-		if err != nil {
-			return s.attemptErr(ctx, actx, err, "GET")
-		}
-		defer body.Close()
-		if pin == "" {
-			pin = oi.ETag // a resumed read must continue the same version
-		}
-		switch {
-		case oi.Size < want:
-			return storage.Errorf(storage.ErrShortRead, "GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", start-skip, oi.Size, want)
-		case oi.Size > want:
-			return storage.Errorf(storage.ErrRejected, "GET at offset %d returned %d bytes, want %d: the server ignored the Range header", start-skip, oi.Size, want)
-		}
-		if skip > 0 {
-			if _, err := io.CopyN(io.Discard, body, skip); err != nil {
-				c := s.attemptErr(ctx, actx, err, "GET body")
-				if retryable(c) {
-					return &transient{fmt.Errorf("%w: body cut off in the %d-byte prefix: %w", storage.ErrShortRead, skip, c)}
-				}
-				return c
-			}
-		}
-		for done < len(p) {
-			n, err := body.Read(p[done:])
-			done += n
-			if n > 0 {
-				watchdog.Reset(s.stall)
-			}
-			if err == io.EOF && done < len(p) {
-				err = io.ErrUnexpectedEOF
-			}
-			if err != nil && done < len(p) {
-				c := s.attemptErr(ctx, actx, err, "GET body")
-				if retryable(c) {
-					return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, done, len(p), c)}
-				}
-				return c
-			}
-		}
-		return nil
+		return s.minioRead(ctx, ref, &pin, p, &done, start, want, skip, plain)
 	})
+}
+
+// minioRead is one attempt of read through minio-go: a GET from start
+// (a plain GET when plain, whose first skip bytes are dropped) whose body
+// must be want bytes, into p from *done on, pinned to *pin when set.
+//
+//go:noinline
+func (s *Store) minioRead(ctx context.Context, ref storage.Ref, pin *string, p []byte, done *int, start, want, skip int64, plain bool) error {
+	var opts minio.GetObjectOptions
+	if !plain {
+		if err := opts.SetRange(start, start+int64(len(p)-*done)-1); err != nil {
+			return err
+		}
+	}
+	if *pin != "" {
+		if err := opts.SetMatchETag(*pin); err != nil {
+			return err
+		}
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchdog := time.AfterFunc(s.stall, func() { cancel(errStalled) })
+	defer watchdog.Stop()
+	body, oi, _, err := s.rcore.GetObject(actx, ref.Bucket, ref.Key, opts)
+	if err != nil {
+		return s.attemptErr(ctx, actx, err, "GET")
+	}
+	defer body.Close()
+	if *pin == "" {
+		*pin = oi.ETag // a resumed read must continue the same version
+	}
+	switch {
+	case oi.Size < want:
+		return storage.Errorf(storage.ErrShortRead, "GET at offset %d returned %d bytes, want %d: the object is shorter than its header says", start-skip, oi.Size, want)
+	case oi.Size > want:
+		return storage.Errorf(storage.ErrRejected, "GET at offset %d returned %d bytes, want %d: the server ignored the Range header", start-skip, oi.Size, want)
+	}
+	if skip > 0 {
+		if _, err := io.CopyN(io.Discard, body, skip); err != nil {
+			c := s.attemptErr(ctx, actx, err, "GET body")
+			if retryable(c) {
+				return &transient{fmt.Errorf("%w: body cut off in the %d-byte prefix: %w", storage.ErrShortRead, skip, c)}
+			}
+			return c
+		}
+	}
+	for *done < len(p) {
+		n, err := body.Read(p[*done:])
+		*done += n
+		if n > 0 {
+			watchdog.Reset(s.stall)
+		}
+		if err == io.EOF && *done < len(p) {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil && *done < len(p) {
+			c := s.attemptErr(ctx, actx, err, "GET body")
+			if retryable(c) {
+				return &transient{fmt.Errorf("%w: body cut off after %d of %d bytes: %w", storage.ErrShortRead, *done, len(p), c)}
+			}
+			return c
+		}
+	}
+	return nil
 }
 
 // fastPrefix is one ReadPrefix attempt on the fast path.
@@ -590,13 +623,7 @@ func (s *Store) fastPrefix(ctx context.Context, ref storage.Ref, p []byte) (int,
 		}
 		err = s.fastErr(ctx, err, "GET")
 		if errors.Is(err, storage.ErrShortRead) {
-			// 416: a range of an empty object; one HEAD (retried by
-			// the caller's loop, not a nested one) gives its size and version.
-			oi, serr := s.rcore.StatObject(ctx, ref.Bucket, ref.Key, minio.StatObjectOptions{})
-			if serr != nil {
-				return 0, storage.ObjectInfo{}, classify(serr)
-			}
-			return 0, storage.ObjectInfo{Size: oi.Size, ETag: oi.ETag}, nil
+			return s.emptyPrefix(ctx, ref)
 		}
 		return 0, storage.ObjectInfo{}, err
 	}
@@ -776,19 +803,16 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 			n := int64(len(bounds) - 1)
 			part = uint64((size + n - 1) / n) // minio-go: equal parts, the last shorter
 		}
-		opts := minio.PutObjectOptions{
-			ContentType:          "application/octet-stream",
-			PartSize:             part,
-			DisableContentSha256: !s.sign,
-		}
+		var crc string
 		if bounds == nil && isReaderAt && canRewind {
 			// An unsigned single PUT whose sender dies mid-body can leave
 			// the truncated body behind as the object (versitygw v1.8.0
 			// does: faults TestKillMidBatch). A CRC32C of the whole body in
 			// a header makes the server refuse a body that does not match,
 			// so a reader never sees half an output. CRC32C runs at memory
-			// speed (SSE4.2), and all but the first 4 KiB of a Write body
-			// are summed while Write still hashes the tensors (checksum.go).
+			// speed (SSE4.2): a body up to 1 MiB in one pass (Write has
+			// finished its header), a larger one all but its first 4 KiB
+			// while Write still hashes the tensors (checksum.go).
 			var sum uint32
 			var err error
 			if wt, ok := r.(seekWriterTo); ok {
@@ -799,7 +823,7 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 			if err != nil {
 				return fmt.Errorf("checksum body: %w", err)
 			}
-			crc := crc32cHeader(sum)
+			crc = crc32cHeader(sum)
 			if wt, ok := r.(seekWriterTo); ok && s.fast != nil && !s.sign {
 				if err := s.fast.put(ctx, ref, wt, start, size, crc); err != errFallback {
 					return s.fastErr(ctx, err, "PUT")
@@ -808,15 +832,32 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 					return fmt.Errorf("rewind body: %w", err)
 				}
 			}
-			opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": crc}
 		}
-		_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, opts)
-		return classify(err)
+		return s.minioPut(ctx, ref, r, size, part, crc)
 	})
 	if retryable(err) {
 		return fmt.Errorf("%w (gave up after %d attempts against %s)", err, attempt, s.host)
 	}
 	return err
+}
+
+// minioPut is one attempt of Put through minio-go: a single PUT (with
+// the body's CRC32C when crc is set), or minio-go's multipart upload in
+// parts of part bytes. Kept out of line for the stack's sake, as
+// minioPrefix is: minio.PutObjectOptions is large.
+//
+//go:noinline
+func (s *Store) minioPut(ctx context.Context, ref storage.Ref, r io.Reader, size int64, part uint64, crc string) error {
+	opts := minio.PutObjectOptions{
+		ContentType:          "application/octet-stream",
+		PartSize:             part,
+		DisableContentSha256: !s.sign,
+	}
+	if crc != "" {
+		opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": crc}
+	}
+	_, err := s.core.Client.PutObject(ctx, ref.Bucket, ref.Key, r, size, opts)
+	return classify(err)
 }
 
 // putMultipart is one attempt at a multipart upload of body split at
