@@ -338,7 +338,7 @@ func (f *fastGet) request(c *fconn, now time.Time, method, bucket, key string, f
 	if f.keys != nil {
 		b = append(b, "X-Amz-Content-Sha256: "+unsignedPayload+"\r\nX-Amz-Date: "...)
 		s0 := len(b)
-		b = now.UTC().AppendFormat(b, amzDate)
+		b = appendAmzDate(b, now)
 		stamp := b[s0:len(b):len(b)]
 		b = append(b, "\r\n"...)
 		b = f.sign(c, b, method, stamp, b[p0:p1], "")

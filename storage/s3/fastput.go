@@ -178,7 +178,7 @@ func (f *fastGet) putRequest(c *fconn, now time.Time, bucket, key string, n int6
 	if f.keys != nil {
 		b = append(b, "X-Amz-Content-Sha256: "+unsignedPayload+"\r\nX-Amz-Date: "...)
 		s0 := len(b)
-		b = now.UTC().AppendFormat(b, amzDate)
+		b = appendAmzDate(b, now)
 		stamp := b[s0:len(b):len(b)]
 		b = append(b, "\r\n"...)
 		b = f.sign(c, b, http.MethodPut, stamp, b[p0:p1], crc)
