@@ -85,6 +85,10 @@ type S3Config struct {
 	AccessKeyFile string      `yaml:"access_key_file"`
 	SecretKeyFile string      `yaml:"secret_key_file"`
 	Allow         []AllowRule `yaml:"allow"`
+	// DisableFastPath sends every S3 request through minio-go and
+	// net/http instead of the store's minimal HTTP/1.1 client
+	// (s3.Config.DisableFastPath): for a server the fast path mishandles.
+	DisableFastPath bool `yaml:"disable_fast_path"`
 }
 
 // AllowRule permits a bucket, optionally only under a key prefix.

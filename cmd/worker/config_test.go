@@ -130,3 +130,33 @@ func TestRedisURLKeepsACLUser(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigS3DisableFastPath: storage.s3.disable_fast_path is off by
+// default (also in the shipped file), is read from the file, reaches
+// s3.Config, and must be a bool.
+func TestConfigS3DisableFastPath(t *testing.T) {
+	cfg, _, err := loadConfig(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Storage.S3.DisableFastPath || s3Config(cfg).DisableFastPath {
+		t.Error("disable_fast_path is on by default")
+	}
+	cfg, _, err = loadConfig([]string{"--config", "../../configs/worker.yaml"}, env(nil), io.Discard)
+	if err != nil || cfg.Storage.S3.DisableFastPath {
+		t.Errorf("configs/worker.yaml: disable_fast_path %v, %v; want false", cfg.Storage.S3.DisableFastPath, err)
+	}
+	file := writeFile(t, "w.yaml", "storage:\n  s3:\n    endpoint: s3:9000\n    disable_fast_path: true\n    allow:\n      - bucket: b\n        prefix: in/\n")
+	cfg, _, err = loadConfig([]string{"--config", file}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s3Config(cfg)
+	if !sc.DisableFastPath || sc.Endpoint != "s3:9000" || len(sc.Allow) != 1 || sc.Allow[0].Bucket != "b" {
+		t.Errorf("s3.Config %+v: want DisableFastPath and the section's other keys", sc)
+	}
+	_, _, err = loadConfig([]string{"--config", writeFile(t, "w.yaml", "storage:\n  s3:\n    disable_fast_path: maybe\n")}, env(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "maybe") {
+		t.Errorf("disable_fast_path: maybe: error %v does not name the value", err)
+	}
+}

@@ -11,16 +11,7 @@ import (
 // addS3 registers the S3 store of the storage.s3 section on rs.
 func addS3(ctx context.Context, cfg Config, rs *routerStore) error {
 	c := cfg.Storage.S3
-	sc := s3.Config{Endpoint: c.Endpoint, Region: c.Region, AccessKey: cfg.secrets.S3AccessKey,
-		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile}
-	for _, a := range c.Allow {
-		r := s3.AllowRule{Bucket: a.Bucket}
-		if a.Prefix != "" {
-			r.Prefixes = []string{a.Prefix}
-		}
-		sc.Allow = append(sc.Allow, r)
-	}
-	st, err := s3.New(ctx, sc)
+	st, err := s3.New(ctx, s3Config(cfg))
 	if err != nil {
 		return fmt.Errorf("config: storage.s3: %w", err)
 	}
@@ -32,4 +23,19 @@ func addS3(ctx context.Context, cfg Config, rs *routerStore) error {
 		})
 	}
 	return nil
+}
+
+// s3Config is the s3.Config of the storage.s3 section.
+func s3Config(cfg Config) s3.Config {
+	c := cfg.Storage.S3
+	sc := s3.Config{Endpoint: c.Endpoint, Region: c.Region, AccessKey: cfg.secrets.S3AccessKey,
+		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile, DisableFastPath: c.DisableFastPath}
+	for _, a := range c.Allow {
+		r := s3.AllowRule{Bucket: a.Bucket}
+		if a.Prefix != "" {
+			r.Prefixes = []string{a.Prefix}
+		}
+		sc.Allow = append(sc.Allow, r)
+	}
+	return sc
 }
