@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"strconv"
+
+	"github.com/rmsgrad/rmsgrad/internal/jsonscan"
 )
 
 // decodeFast parses the payloads Client writes (json.Marshal of a Job)
@@ -13,17 +15,17 @@ import (
 // out of range) returns ok=false and Decode runs decodeSlow, which reports
 // the error as before. FuzzDecodeFast checks that agreement.
 func decodeFast(payload []byte) (j Job, ok bool) {
-	p := payloadParser{b: payload}
-	if !p.byte('{') {
+	p := payloadParser{jsonscan.Scanner{B: payload}}
+	if !p.Byte('{') {
 		return Job{}, false
 	}
 	var seen uint16
-	if p.peek() == '}' {
-		p.i++
+	if p.Peek() == '}' {
+		p.I++
 	} else {
 		for {
 			key, ok := p.str()
-			if !ok || !p.byte(':') {
+			if !ok || !p.Byte(':') {
 				return Job{}, false
 			}
 			bit := uint16(0)
@@ -66,8 +68,8 @@ func decodeFast(payload []byte) (j Job, ok bool) {
 				return Job{}, false
 			}
 			seen |= bit
-			c := p.peek()
-			p.i++
+			c := p.Peek()
+			p.I++
 			if c == '}' {
 				break
 			}
@@ -76,68 +78,30 @@ func decodeFast(payload []byte) (j Job, ok bool) {
 			}
 		}
 	}
-	p.peek()
-	if p.i != len(p.b) {
+	p.Peek()
+	if p.I != len(p.B) {
 		return Job{}, false
 	}
 	return j, true
 }
 
-type payloadParser struct {
-	b []byte
-	i int
-}
-
-// peek skips JSON whitespace and returns the next byte, 0 at the end (a
-// NUL byte is never valid JSON outside a string: callers fall back on it).
-func (p *payloadParser) peek() byte {
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; c {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return c
-		}
-	}
-	return 0
-}
-
-func (p *payloadParser) byte(c byte) bool {
-	if p.peek() != c {
-		return false
-	}
-	p.i++
-	return true
-}
+type payloadParser struct{ jsonscan.Scanner }
 
 // str reads a string of printable ASCII without escapes.
 func (p *payloadParser) str() (string, bool) {
-	if !p.byte('"') {
-		return "", false
-	}
-	start := p.i
-	for ; p.i < len(p.b); p.i++ {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			s := string(p.b[start:p.i])
-			p.i++
-			return s, true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return "", false
-		}
-	}
-	return "", false
+	b, ok := p.StrBytes(true)
+	return string(b), ok
 }
 
 // strs reads an array of strings ([] is an empty, non-nil slice, as
 // encoding/json makes it).
 func (p *payloadParser) strs() ([]string, bool) {
-	if !p.byte('[') {
+	if !p.Byte('[') {
 		return nil, false
 	}
 	out := make([]string, 0, 3)
-	if p.peek() == ']' {
-		p.i++
+	if p.Peek() == ']' {
+		p.I++
 		return out, true
 	}
 	for {
@@ -146,8 +110,8 @@ func (p *payloadParser) strs() ([]string, bool) {
 			return nil, false
 		}
 		out = append(out, s)
-		c := p.peek()
-		p.i++
+		c := p.Peek()
+		p.I++
 		if c == ']' {
 			return out, true
 		}
@@ -157,55 +121,10 @@ func (p *payloadParser) strs() ([]string, bool) {
 	}
 }
 
-// number returns the bytes of a JSON number (RFC 8259 grammar).
-func (p *payloadParser) number() ([]byte, bool) {
-	p.peek()
-	start, b := p.i, p.b
-	i := p.i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-	default:
-		return nil, false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false
-		}
-	}
-	p.i = i
-	return b[start:i], true
-}
-
 // integer reads a JSON number that strconv.ParseInt takes, as
 // encoding/json does for an int64 field (no fraction, no exponent).
 func (p *payloadParser) integer() (int64, bool) {
-	s, ok := p.number()
+	s, ok := p.Number()
 	if !ok {
 		return 0, false
 	}
@@ -216,7 +135,7 @@ func (p *payloadParser) integer() (int64, bool) {
 // float reads a JSON number into a float64 as encoding/json does
 // (strconv.ParseFloat; out of range is an error there, a fallback here).
 func (p *payloadParser) float() (float64, bool) {
-	s, ok := p.number()
+	s, ok := p.Number()
 	if !ok {
 		return 0, false
 	}

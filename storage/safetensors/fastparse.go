@@ -1,5 +1,7 @@
 package safetensors
 
+import "github.com/rmsgrad/rmsgrad/internal/jsonscan"
+
 // fastParse is ParseHeader's hand-written parser for the headers writers
 // produce: strings without escapes, non-negative integers in decimal, no
 // null but __metadata__'s. It runs without encoding/json's reflection and
@@ -14,18 +16,18 @@ package safetensors
 // The returned entries are in header order; ParseHeader sorts and tiles
 // them. Every string it returns is a copy: nothing points into header.
 func fastParse(header []byte) (entries []Entry, meta map[string]string, ok bool) {
-	p := fastParser{b: header}
-	if !p.byte('{') {
+	p := fastParser{jsonscan.Scanner{B: header}}
+	if !p.Byte('{') {
 		return nil, nil, false
 	}
 	var sawMeta bool
 	var seen map[string]struct{} // names, once there are many
-	if p.peekWS() == '}' {
-		p.i++
+	if p.Peek() == '}' {
+		p.I++
 	} else {
 		for {
 			name, ok := p.str()
-			if !ok || !p.byte(':') {
+			if !ok || !p.Byte(':') {
 				return nil, nil, false
 			}
 			if name == MetadataKey {
@@ -61,8 +63,8 @@ func fastParse(header []byte) (entries []Entry, meta map[string]string, ok bool)
 				}
 				entries = append(entries, e)
 			}
-			c := p.peekWS()
-			p.i++
+			c := p.Peek()
+			p.I++
 			if c == '}' {
 				break
 			}
@@ -72,91 +74,44 @@ func fastParse(header []byte) (entries []Entry, meta map[string]string, ok bool)
 		}
 	}
 	// Only JSON whitespace may follow the object.
-	p.peekWS()
-	if p.i != len(p.b) {
+	p.Peek()
+	if p.I != len(p.B) {
 		return nil, nil, false
 	}
 	return entries, meta, true
 }
 
-type fastParser struct {
-	b []byte
-	i int
-}
-
-// peekWS skips JSON whitespace and returns the next byte, 0 at the end (a
-// NUL byte in the header is never valid JSON outside a string, so every
-// caller falls back on it as on the end).
-func (p *fastParser) peekWS() byte {
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; c {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return c
-		}
-	}
-	return 0
-}
-
-// byte consumes c after optional whitespace.
-func (p *fastParser) byte(c byte) bool {
-	if p.peekWS() != c {
-		return false
-	}
-	p.i++
-	return true
-}
+type fastParser struct{ jsonscan.Scanner }
 
 // str reads a string without escapes or control characters (bytes >= 0x80
 // are fine: the header was checked to be valid UTF-8).
 func (p *fastParser) str() (string, bool) {
-	b, ok := p.strBytes()
+	b, ok := p.StrBytes(false)
 	return string(b), ok
-}
-
-func (p *fastParser) strBytes() ([]byte, bool) {
-	if !p.byte('"') {
-		return nil, false
-	}
-	start := p.i
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-		p.i++
-	}
-	return nil, false
 }
 
 // metadata reads null or an object of string values with unique keys.
 func (p *fastParser) metadata() (map[string]string, bool) {
-	switch p.peekWS() {
+	switch p.Peek() {
 	case 'n':
-		if len(p.b)-p.i >= 4 && string(p.b[p.i:p.i+4]) == "null" {
-			p.i += 4
+		if len(p.B)-p.I >= 4 && string(p.B[p.I:p.I+4]) == "null" {
+			p.I += 4
 			return nil, true
 		}
 		return nil, false
 	case '{':
-		p.i++
+		p.I++
 	default:
 		return nil, false
 	}
 	m := map[string]string{}
-	if p.peekWS() == '}' {
-		p.i++
+	if p.Peek() == '}' {
+		p.I++
 		return m, true
 	}
 	for {
 		k, ok := p.str()
-		if !ok || !p.byte(':') {
+		if !ok || !p.Byte(':') {
 			return nil, false
 		}
 		if _, dup := m[k]; dup {
@@ -167,8 +122,8 @@ func (p *fastParser) metadata() (map[string]string, bool) {
 			return nil, false
 		}
 		m[k] = v
-		c := p.peekWS()
-		p.i++
+		c := p.Peek()
+		p.I++
 		if c == '}' {
 			return m, true
 		}
@@ -182,13 +137,13 @@ func (p *fastParser) metadata() (map[string]string, bool) {
 // each exactly once, and checks it as parseSlow's entry does.
 func (p *fastParser) entry(name string) (Entry, bool) {
 	e := Entry{Name: name}
-	if !p.byte('{') {
+	if !p.Byte('{') {
 		return e, false
 	}
 	var haveDType, haveShape, haveOffsets bool
 	for {
-		field, ok := p.strBytes()
-		if !ok || !p.byte(':') {
+		field, ok := p.StrBytes(false)
+		if !ok || !p.Byte(':') {
 			return e, false
 		}
 		switch string(field) {
@@ -197,7 +152,7 @@ func (p *fastParser) entry(name string) (Entry, bool) {
 				return e, false
 			}
 			haveDType = true
-			d, ok := p.strBytes()
+			d, ok := p.StrBytes(false)
 			if !ok {
 				return e, false
 			}
@@ -233,8 +188,8 @@ func (p *fastParser) entry(name string) (Entry, bool) {
 		default:
 			return e, false
 		}
-		c := p.peekWS()
-		p.i++
+		c := p.Peek()
+		p.I++
 		if c == '}' {
 			break
 		}
@@ -260,32 +215,32 @@ func (p *fastParser) entry(name string) (Entry, bool) {
 // (int is 64 bits wherever the worker runs; a dimension above MaxInt
 // falls back).
 func (p *fastParser) ints(add func(int64)) bool {
-	if !p.byte('[') {
+	if !p.Byte('[') {
 		return false
 	}
-	if p.peekWS() == ']' {
-		p.i++
+	if p.Peek() == ']' {
+		p.I++
 		return true
 	}
 	for {
-		if p.peekWS() == 0 {
+		if p.Peek() == 0 {
 			return false
 		}
-		start := p.i
+		start := p.I
 		var v uint64
-		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-			v = v*10 + uint64(p.b[p.i]-'0')
-			p.i++
-			if p.i-start > 18 { // 19+ digits may overflow: leave it to strconv
+		for p.I < len(p.B) && p.B[p.I] >= '0' && p.B[p.I] <= '9' {
+			v = v*10 + uint64(p.B[p.I]-'0')
+			p.I++
+			if p.I-start > 18 { // 19+ digits may overflow: leave it to strconv
 				return false
 			}
 		}
-		if p.i == start || (p.b[start] == '0' && p.i-start > 1) || uint64(int(v)) != v || int(v) < 0 {
+		if p.I == start || (p.B[start] == '0' && p.I-start > 1) || uint64(int(v)) != v || int(v) < 0 {
 			return false
 		}
 		add(int64(v))
-		c := p.peekWS()
-		p.i++
+		c := p.Peek()
+		p.I++
 		if c == ']' {
 			return true
 		}
