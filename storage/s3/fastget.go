@@ -312,17 +312,7 @@ func (c *fconn) deadline(ctx context.Context, now time.Time, stall time.Duration
 // unsigned payload (host, x-amz-content-sha256 and x-amz-date signed, as
 // readSigner does).
 func (f *fastGet) request(c *fconn, now time.Time, method, bucket, key string, from, to int64, pin string) []byte {
-	b := append(c.req[:0], method...)
-	b = append(b, ' ')
-	p0 := len(b)
-	b = append(b, '/')
-	b = append(b, bucket...)
-	b = append(b, '/')
-	b = appendEncodedPath(b, key)
-	p1 := len(b)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, f.host...)
-	b = append(b, "\r\nUser-Agent: rmsgrad-s3\r\n"...)
+	b, p0, p1 := f.requestLine(c, method, bucket, key)
 	if to >= 0 {
 		b = append(b, "Range: bytes="...)
 		b = strconv.AppendInt(b, from, 10)
@@ -335,13 +325,37 @@ func (f *fastGet) request(c *fconn, now time.Time, method, bucket, key string, f
 		b = append(b, pin...)
 		b = append(b, "\"\r\n"...)
 	}
+	return f.endRequest(c, b, now, method, b[p0:p1], "")
+}
+
+// requestLine starts a request in c.req: the request line (path-style
+// URL), Host and User-Agent. path is b[p0:p1].
+func (f *fastGet) requestLine(c *fconn, method, bucket, key string) (b []byte, p0, p1 int) {
+	b = append(c.req[:0], method...)
+	b = append(b, ' ')
+	p0 = len(b)
+	b = append(b, '/')
+	b = append(b, bucket...)
+	b = append(b, '/')
+	b = appendEncodedPath(b, key)
+	p1 = len(b)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, f.host...)
+	b = append(b, "\r\nUser-Agent: rmsgrad-s3\r\n"...)
+	return b, p0, p1
+}
+
+// endRequest appends the date and Authorization headers (when the store
+// signs), ends the head and keeps b as c.req. crc is the PUT's CRC32C
+// header value ("" for a GET or HEAD).
+func (f *fastGet) endRequest(c *fconn, b []byte, now time.Time, method string, path []byte, crc string) []byte {
 	if f.keys != nil {
 		b = append(b, "X-Amz-Content-Sha256: "+unsignedPayload+"\r\nX-Amz-Date: "...)
 		s0 := len(b)
 		b = appendAmzDate(b, now)
 		stamp := b[s0:len(b):len(b)]
 		b = append(b, "\r\n"...)
-		b = f.sign(c, b, method, stamp, b[p0:p1], "")
+		b = f.sign(c, b, method, stamp, path, crc)
 	}
 	b = append(b, "\r\n"...)
 	c.req = b

@@ -161,29 +161,11 @@ func (w *connWriter) Write(p []byte) (int, error) {
 
 // putRequest builds the PUT's head into c.req.
 func (f *fastGet) putRequest(c *fconn, now time.Time, bucket, key string, n int64, crc string) []byte {
-	b := append(c.req[:0], "PUT "...)
-	p0 := len(b)
-	b = append(b, '/')
-	b = append(b, bucket...)
-	b = append(b, '/')
-	b = appendEncodedPath(b, key)
-	p1 := len(b)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, f.host...)
-	b = append(b, "\r\nUser-Agent: rmsgrad-s3\r\nContent-Length: "...)
+	b, p0, p1 := f.requestLine(c, http.MethodPut, bucket, key)
+	b = append(b, "Content-Length: "...)
 	b = strconv.AppendInt(b, n, 10)
 	b = append(b, "\r\nContent-Type: "+putContentType+"\r\nX-Amz-Checksum-Crc32c: "...)
 	b = append(b, crc...)
 	b = append(b, "\r\n"...)
-	if f.keys != nil {
-		b = append(b, "X-Amz-Content-Sha256: "+unsignedPayload+"\r\nX-Amz-Date: "...)
-		s0 := len(b)
-		b = appendAmzDate(b, now)
-		stamp := b[s0:len(b):len(b)]
-		b = append(b, "\r\n"...)
-		b = f.sign(c, b, http.MethodPut, stamp, b[p0:p1], crc)
-	}
-	b = append(b, "\r\n"...)
-	c.req = b
-	return b
+	return f.endRequest(c, b, now, http.MethodPut, b[p0:p1], crc)
 }
