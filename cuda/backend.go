@@ -29,6 +29,13 @@ type Backend struct {
 	// paths), the per-block shared memory limit.
 	perSM, maxStages int
 	smemOptin        int32
+	// rgAlign rounds each job's rows per group up to a multiple of it when
+	// that adds at most 2% (groups); 0 or 1: off.
+	rgAlign int
+	// pdl: the dw reduction is launched as a programmatic dependent launch
+	// of the rows kernel before it (sm_90 and later, a driver with
+	// cuLaunchKernelEx), which hides the launch gap between the two.
+	pdl bool
 
 	mod                     uintptr
 	fnRows                  [nKernels]uintptr // rows kernels, by kRows...
@@ -112,6 +119,11 @@ func open() (*Backend, error) {
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_STAGES")); err == nil && v >= 0 {
 		b.maxStages = min(v, 4)
 	}
+	b.rgAlign = defaultRGAlign
+	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_RG_ALIGN")); err == nil && v >= 0 {
+		b.rgAlign = v
+	}
+	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
 	b.device = fmt.Sprintf("%s (%s)", strings.TrimRight(string(name[:]), "\x00"), b.arch)
 
 	nv, _, err := loadNVRTC()

@@ -64,7 +64,10 @@ type driverAPI struct {
 	cuEventDestroy           func(e uintptr) cuResult
 	cuFuncSetAttribute       func(fn uintptr, attr int32, v int32) cuResult
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) cuResult
-	cuGetErrorName           func(r cuResult, s *unsafe.Pointer) cuResult
+	// cuLaunchKernelEx (CUDA 11.8+; nil when the driver lacks it) takes
+	// launch attributes: the dw reduction uses programmatic dependent launch.
+	cuLaunchKernelEx func(cfg *launchConfig, f uintptr, params unsafe.Pointer, extra unsafe.Pointer) cuResult
+	cuGetErrorName   func(r cuResult, s *unsafe.Pointer) cuResult
 }
 
 // bind resolves each symbol of fns in lib; a missing one is an error, never
@@ -128,8 +131,36 @@ func loadDriver() (*driverAPI, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sym, e := purego.Dlsym(lib, "cuLaunchKernelEx"); e == nil {
+		purego.RegisterFunc(&d.cuLaunchKernelEx, sym)
+	}
 	return d, nil
 }
+
+// launchConfig is CUlaunchConfig and launchAttr CUlaunchAttribute (cuda.h):
+// the id padded to 8 bytes, then a 64-byte value union.
+type launchConfig struct {
+	gridX, gridY, gridZ    uint32
+	blockX, blockY, blockZ uint32
+	sharedMem              uint32
+	_                      uint32
+	stream                 uintptr
+	attrs                  *launchAttr
+	numAttrs               uint32
+	_                      uint32
+}
+
+type launchAttr struct {
+	id    int32
+	_     int32
+	value [64]byte
+}
+
+// attrProgrammaticStreamSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: the kernel may
+// start before the previous one in the stream has finished, and waits for
+// it itself (griddepcontrol.wait).
+const attrProgrammaticStreamSerialization = 6
 
 // DriverError is a failed driver or NVRTC call. It wraps compute.ErrDevice
 // (or compute.ErrUnsupported when no usable device exists).

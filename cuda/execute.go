@@ -33,6 +33,8 @@ type launchArgs struct {
 	one         [1]unsafe.Pointer
 	two         [2]unsafe.Pointer
 	four        [4]unsafe.Pointer
+	cfg         launchConfig // cuLaunchKernelEx's, with attr
+	attr        launchAttr
 }
 
 // phaseLaunch is where one phase's table parts live and how many blocks its
@@ -134,7 +136,7 @@ func (b *Backend) geometry(rows, dim int) (rg, g, stages int, wide bool) {
 	if b.perSM > 0 {
 		perSM = b.perSM
 	}
-	rg, g = groups(rows, perSM*sms)
+	rg, g = groups(rows, perSM*sms, b.rgAlign)
 	if smem {
 		perBlock := (int(b.smemOptin)+smemReserve)/perSM - 2*smemReserve
 		stages = max(0, min(maxStages, perBlock/(8*dim), rg))
@@ -294,11 +296,11 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 			if k == kRows {
 				smem = l.smem
 			}
-			if err := b.launch(b.fnRows[k], rk.name, rk.threads, l.rowBlocks[k], smem, l.table, l.bmapRows[k]); err != nil {
+			if err := b.launch(b.fnRows[k], rk.name, rk.threads, l.rowBlocks[k], smem, l.table, l.bmapRows[k], false); err != nil {
 				return 0, err
 			}
 		}
-		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, rowsThreads, l.redBlocks, 0, l.table, l.bmapRed); err != nil {
+		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, rowsThreads, l.redBlocks, 0, l.table, l.bmapRed, b.pdl); err != nil {
 			return 0, err
 		}
 	}
@@ -334,8 +336,11 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 
 // launch runs fn over blocks blocks of threads threads with smem bytes of
 // dynamic shared memory, the job table at byte offset table and the block
-// map at bmap; no-op for 0 blocks.
-func (b *Backend) launch(fn uintptr, name string, threads, blocks, smem, table, bmap int) error {
+// map at bmap; no-op for 0 blocks. dependent launches it as a programmatic
+// dependent launch: it may be scheduled as the kernel before it in the
+// stream drains, and waits for that kernel's results with
+// griddepcontrol.wait before it reads anything (the reduce kernel does).
+func (b *Backend) launch(fn uintptr, name string, threads, blocks, smem, table, bmap int, dependent bool) error {
 	if blocks == 0 {
 		return nil
 	}
@@ -343,7 +348,16 @@ func (b *Backend) launch(fn uintptr, name string, threads, blocks, smem, table, 
 	a.table = b.table.dptr + uint64(table)
 	a.bmap = b.table.dptr + uint64(bmap)
 	a.two = [2]unsafe.Pointer{unsafe.Pointer(&a.table), unsafe.Pointer(&a.bmap)}
-	r := b.d.cuLaunchKernel(fn, uint32(blocks), 1, 1, uint32(threads), 1, 1, uint32(smem), b.stream, unsafe.Pointer(&a.two[0]), nil)
+	var r cuResult
+	if dependent {
+		a.attr = launchAttr{id: attrProgrammaticStreamSerialization}
+		a.attr.value[0] = 1 // programmaticStreamSerializationAllowed, an int
+		a.cfg = launchConfig{gridX: uint32(blocks), gridY: 1, gridZ: 1, blockX: uint32(threads), blockY: 1, blockZ: 1,
+			sharedMem: uint32(smem), stream: b.stream, attrs: &a.attr, numAttrs: 1}
+		r = b.d.cuLaunchKernelEx(&a.cfg, fn, unsafe.Pointer(&a.two[0]), nil)
+	} else {
+		r = b.d.cuLaunchKernel(fn, uint32(blocks), 1, 1, uint32(threads), 1, 1, uint32(smem), b.stream, unsafe.Pointer(&a.two[0]), nil)
+	}
 	if err := b.d.check("cuLaunchKernel("+name+")", r); err != nil {
 		return fmt.Errorf("cuda: launching %s over %d blocks: %w", name, blocks, err)
 	}

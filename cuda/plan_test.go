@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rmsgrad/rmsgrad/compute"
 )
@@ -195,13 +196,16 @@ func TestPlanRejectsForeignBuffer(t *testing.T) {
 }
 
 func TestGroups(t *testing.T) {
-	for _, c := range []struct{ rows, gmax, rg, g int }{
-		{1, 264, 1, 1}, {8, 264, 1, 8}, {264, 264, 1, 264}, {265, 264, 2, 133},
-		{16384, 264, 63, 261}, {32768, 264, 125, 263}, {4096, 264, 16, 256}, {1000, 264, 4, 250},
+	for _, c := range []struct{ rows, gmax, align, rg, g int }{
+		{1, 264, 0, 1, 1}, {8, 264, 0, 1, 8}, {264, 264, 0, 1, 264}, {265, 264, 0, 2, 133},
+		{16384, 264, 0, 63, 261}, {32768, 264, 0, 125, 263}, {4096, 264, 0, 16, 256}, {1000, 264, 0, 4, 250},
+		// align 8: rounded up only when that adds at most 2%.
+		{16384, 264, 8, 64, 256}, {32768, 264, 8, 125, 263}, {4096, 264, 8, 16, 256}, {1000, 264, 8, 4, 250},
+		{32768, 132, 8, 249, 132}, {265, 264, 8, 2, 133}, {12288, 264, 8, 47, 262}, {12672, 264, 8, 48, 264},
 	} {
-		rg, g := groups(c.rows, c.gmax)
+		rg, g := groups(c.rows, c.gmax, c.align)
 		if rg != c.rg || g != c.g {
-			t.Errorf("groups(%d, %d) = %d, %d; want %d, %d", c.rows, c.gmax, rg, g, c.rg, c.g)
+			t.Errorf("groups(%d, %d, %d) = %d, %d; want %d, %d", c.rows, c.gmax, c.align, rg, g, c.rg, c.g)
 		}
 	}
 }
@@ -209,7 +213,7 @@ func TestGroups(t *testing.T) {
 // fixedGeom splits rows into at most gmax groups and uses the register path.
 func fixedGeom(gmax int) geomFunc {
 	return func(rows, _ int) (int, int, int, bool) {
-		rg, g := groups(rows, gmax)
+		rg, g := groups(rows, gmax, 0)
 		return rg, g, 0, false
 	}
 }
@@ -243,6 +247,30 @@ func TestGeometry(t *testing.T) {
 		}
 		if 2*(st*8*c.dim+smemReserve) > int(b.smemOptin)+smemReserve {
 			t.Errorf("geometry(%d, %d): %d slots: two blocks do not fit on an SM", c.rows, c.dim, st)
+		}
+	}
+}
+
+// TestLaunchConfigLayout: launchConfig and launchAttr match CUlaunchConfig
+// and CUlaunchAttribute of cuda.h on 64-bit hosts (cuLaunchKernelEx reads
+// them as C structs).
+func TestLaunchConfigLayout(t *testing.T) {
+	var c launchConfig
+	var a launchAttr
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof(CUlaunchConfig)", unsafe.Sizeof(c), 56},
+		{"CUlaunchConfig.sharedMemBytes", unsafe.Offsetof(c.sharedMem), 24},
+		{"CUlaunchConfig.hStream", unsafe.Offsetof(c.stream), 32},
+		{"CUlaunchConfig.attrs", unsafe.Offsetof(c.attrs), 40},
+		{"CUlaunchConfig.numAttrs", unsafe.Offsetof(c.numAttrs), 48},
+		{"sizeof(CUlaunchAttribute)", unsafe.Sizeof(a), 72},
+		{"CUlaunchAttribute.value", unsafe.Offsetof(a.value), 8},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s = %d, want %d", f.name, f.got, f.want)
 		}
 	}
 }

@@ -11,8 +11,9 @@
 // One kernel, rms_norm_backward_rows_f32, runs every row-wise piece of work of
 // one phase of a batch over a job table (one launch for many jobs: per-launch
 // cost is what decides small-job throughput). A block map gives each block its
-// job; the block then owns a group of consecutive rows of that job (persistent
-// blocks: a large job gets about two groups per multiprocessor). Each job
+// job; the block then owns a group of that job's rows, every G-th row from
+// its group index (persistent blocks: a large job gets about two groups per
+// multiprocessor, and the groups sweep the tensor side by side). Each job
 // entry says what to do with flags: compute r (or read it), write r, write
 // dx, write dw partials. The three kernels of compute
 // (rms_norm_compute_rms_inv_f32, rms_norm_backward_dx_f32,
@@ -199,6 +200,14 @@ __device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
 	return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)dim), eps)));
 }
 
+// Group grp of a job takes rows grp, grp+G, grp+2G, ... (G = J.g groups):
+// the blocks of a launch sweep the tensor side by side, as a copy does,
+// which measured 5-6 points of copy bandwidth over contiguous runs of rows
+// per block at 16384x4096 on the H200 (cuda/NOTES.md, run 9). The order of a
+// group's rows is fixed, so its dw partial's summation order is too.
+__device__ __forceinline__ int group_rows(const Job& J, int grp) { return (J.rows - grp + J.g - 1) / J.g; }
+#define rowOf(b) ((size_t)grp + (size_t)(b) * (size_t)G)
+
 // The rows of one group with each row held in registers: thread t owns the
 // 4-element chunks t, t+T, ... (K of them) of every row, and, when dx is
 // wanted, the same chunks of w, loaded once. With PF, the next row of the
@@ -225,8 +234,9 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	const bool doDW = FUSED || (J.flags & F_DW) != 0;
 	const bool needDY = doDX || doDW;
 	const int t = threadIdx.x;
-	const int b0 = grp * J.rg;
-	const int b1 = min(b0 + J.rg, J.rows);
+	// Local row b of the group is row grp + b*G of the job (rowOf).
+	const int G = J.g;
+	const int b1 = group_rows(J, grp);
 
 	float wv[K][4], dwacc[K][4], xs[S][K][4], ds[S][K][4];
 #pragma unroll
@@ -243,8 +253,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	// load fills slot i with row b (nothing past the group's last row).
 	auto load = [&](int i, int b) {
 		if (b < b1) {
-			const float* xr = J.x + (size_t)b * dim;
-			const float* dyr = J.dy + (size_t)b * dim;
+			const float* xr = J.x + rowOf(b) * dim;
+			const float* dyr = J.dy + rowOf(b) * dim;
 #pragma unroll
 			for (int k = 0; k < K; k++) {
 				const int c = t + k * T;
@@ -256,8 +266,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 		}
 	};
 #pragma unroll
-	for (int i = 0; i < S; i++) load(i, b0 + i);
-	for (int bb = b0; bb < b1; bb += S) {
+	for (int i = 0; i < S; i++) load(i, i);
+	for (int bb = 0; bb < b1; bb += S) {
 #pragma unroll
 		for (int i = 0; i < S; i++) {
 			const int b = bb + i;
@@ -273,9 +283,9 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 				}
 				if (doR) {
 					r = rms_inv(ss, dim, J.eps);
-					if (writeR && t == 0) J.r[b] = r;
+					if (writeR && t == 0) J.r[rowOf(b)] = r;
 				} else if (needDY) {
-					r = J.r[b];
+					r = J.r[rowOf(b)];
 				}
 				if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
 				if (needDY) {
@@ -286,7 +296,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 							if (doDX) {
 								float o[4];
 								dx4(xs[i][k], ds[i][k], wv[k], r, cc, o);
-								store4(J.dx + (size_t)b * dim, c * 4, dim, vec, o);
+								store4(J.dx + rowOf(b) * dim, c * 4, dim, vec, o);
 							}
 							if (doDW) {
 #pragma unroll
@@ -325,8 +335,9 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 	const bool needDY = doDX || doDW;
 	const int t = threadIdx.x;
 	const int S = J.stages;
-	const int b0 = grp * J.rg;
-	const int b1 = min(b0 + J.rg, J.rows);
+	// Local row b of the group is row grp + b*G of the job (rowOf).
+	const int G = J.g;
+	const int b1 = group_rows(J, grp);
 
 	float dwacc[K][4];
 #pragma unroll
@@ -339,9 +350,9 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 	// count is the same for all rows.
 	auto issue = [&](int b) {
 		if (b < b1) {
-			float* sx = sm + (size_t)((b - b0) % S) * 2 * dim;
-			const float* xr = J.x + (size_t)b * dim;
-			const float* dyr = J.dy + (size_t)b * dim;
+			float* sx = sm + (size_t)(b % S) * 2 * dim;
+			const float* xr = J.x + rowOf(b) * dim;
+			const float* dyr = J.dy + rowOf(b) * dim;
 #pragma unroll
 			for (int k = 0; k < K; k++) {
 				const int c = t + k * RMS_THREADS;
@@ -353,11 +364,11 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 		}
 		cp_async_commit();
 	};
-	for (int i = 0; i < S - 1; i++) issue(b0 + i);
-	for (int b = b0; b < b1; b++) {
+	for (int i = 0; i < S - 1; i++) issue(i);
+	for (int b = 0; b < b1; b++) {
 		issue(b + S - 1); // into the slot row b-1 used
 		cp_async_wait(S - 1);
-		const float* sx = sm + (size_t)((b - b0) % S) * 2 * dim;
+		const float* sx = sm + (size_t)(b % S) * 2 * dim;
 		const float* sd = sx + dim;
 		float ss = 0.0f, s = 0.0f;
 		if (doR || doDX) {
@@ -379,9 +390,9 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
 			r = rms_inv(ss, dim, J.eps);
-			if ((J.flags & F_WRITE_R) && t == 0) J.r[b] = r;
+			if ((J.flags & F_WRITE_R) && t == 0) J.r[rowOf(b)] = r;
 		} else if (needDY) {
-			r = J.r[b];
+			r = J.r[rowOf(b)];
 		}
 		if (!needDY) continue;
 		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
@@ -396,7 +407,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 					float wv[4], o[4];
 					load4(J.w, c * 4, dim, true, wv);
 					dx4(xv, dv, wv, r, cc, o);
-					store4(J.dx + (size_t)b * dim, c * 4, dim, true, o);
+					store4(J.dx + rowOf(b) * dim, c * 4, dim, true, o);
 				}
 				if (doDW) {
 #pragma unroll
@@ -428,12 +439,13 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 	const bool doDW = (J.flags & F_DW) != 0;
 	const bool needDY = doDX || doDW;
 	const int t = threadIdx.x;
-	const int b0 = grp * J.rg;
-	const int b1 = min(b0 + J.rg, J.rows);
+	// Local row b of the group is row grp + b*G of the job (rowOf).
+	const int G = J.g;
+	const int b1 = group_rows(J, grp);
 	float* part = J.part + (size_t)grp * dim;
-	for (int b = b0; b < b1; b++) {
-		const float* xr = J.x + (size_t)b * dim;
-		const float* dyr = J.dy + (size_t)b * dim;
+	for (int b = 0; b < b1; b++) {
+		const float* xr = J.x + rowOf(b) * dim;
+		const float* dyr = J.dy + rowOf(b) * dim;
 		float ss = 0.0f, s = 0.0f;
 		if (doR || doDX) {
 			for (int c = t; c < nch; c += RMS_THREADS) {
@@ -450,9 +462,9 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
 			r = rms_inv(ss, dim, J.eps);
-			if ((J.flags & F_WRITE_R) && t == 0) J.r[b] = r;
+			if ((J.flags & F_WRITE_R) && t == 0) J.r[rowOf(b)] = r;
 		} else if (needDY) {
-			r = J.r[b];
+			r = J.r[rowOf(b)];
 		}
 		if (!needDY) continue;
 		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
@@ -464,11 +476,11 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 				float w4[4], o[4];
 				load4(J.w, c * 4, dim, vec, w4);
 				dx4(x4, d4, w4, r, cc, o);
-				store4(J.dx + (size_t)b * dim, c * 4, dim, vec, o);
+				store4(J.dx + rowOf(b) * dim, c * 4, dim, vec, o);
 			}
 			if (doDW) {
 				float a[4], o[4];
-				if (b == b0) {
+				if (b == 0) {
 					a[0] = a[1] = a[2] = a[3] = 0.0f;
 				} else {
 					load4rw(part, c * 4, dim, vec, a);
@@ -579,6 +591,12 @@ extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
 // blocks); bmap[blockIdx.x] is the block's job.
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_dw_reduce_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+#if !defined(RMS_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	// Launched as a programmatic dependent launch of the rows kernel
+	// (cuda/execute.go): wait until that grid has finished and its partials
+	// are visible. A no-op when launched the ordinary way.
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 	__shared__ float4 sm[RED_SL][RED_CH];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int dim = J.dim;
