@@ -1,10 +1,15 @@
 package cuda
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
+
+// emuTimeout bounds the CPU run of the kernels.
+const emuTimeout = 5 * time.Minute
 
 // TestKernelsOnCPU compiles shaders/rms_norm_backward.cu as C++ with g++
 // against a small shim (testdata/kernel_emu.cpp: real barriers, warp
@@ -32,8 +37,16 @@ func TestKernelsOnCPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("g++: %v\n%s", err, out)
 	}
-	out, err = exec.Command(bin).CombinedOutput()
+	// A kernel bug can deadlock the shim's barriers: a deadline kills the
+	// run rather than leave it spinning past the test (it takes about a
+	// minute on 2 cores).
+	ctx, cancel := context.WithTimeout(context.Background(), emuTimeout)
+	defer cancel()
+	out, err = exec.CommandContext(ctx, bin).CombinedOutput()
 	t.Logf("\n%s", out)
+	if ctx.Err() != nil {
+		t.Fatalf("kernels on the CPU: no result after %v (a deadlock at a barrier, or an endless loop), killed", emuTimeout)
+	}
 	if err != nil {
 		t.Fatalf("kernels on the CPU: %v", err)
 	}
