@@ -89,6 +89,11 @@ type S3Config struct {
 	// net/http instead of the store's minimal HTTP/1.1 client
 	// (s3.Config.DisableFastPath): for a server the fast path mishandles.
 	DisableFastPath bool `yaml:"disable_fast_path"`
+	// MultipartThreshold and PartSize (bytes; 0: 128 MiB and 16 MiB):
+	// outputs up to the threshold go up in one PUT, larger ones as a
+	// multipart upload of PartSize parts (s3.Config).
+	MultipartThreshold uint64 `yaml:"multipart_threshold"`
+	PartSize           uint64 `yaml:"part_size"`
 }
 
 // AllowRule permits a bucket, optionally only under a key prefix.

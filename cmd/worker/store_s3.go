@@ -29,7 +29,8 @@ func addS3(ctx context.Context, cfg Config, rs *routerStore) error {
 func s3Config(cfg Config) s3.Config {
 	c := cfg.Storage.S3
 	sc := s3.Config{Endpoint: c.Endpoint, Region: c.Region, AccessKey: cfg.secrets.S3AccessKey,
-		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile, DisableFastPath: c.DisableFastPath}
+		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile, DisableFastPath: c.DisableFastPath,
+		MultipartThreshold: c.MultipartThreshold, PartSize: c.PartSize}
 	for _, a := range c.Allow {
 		r := s3.AllowRule{Bucket: a.Bucket}
 		if a.Prefix != "" {

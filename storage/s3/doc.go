@@ -20,8 +20,9 @@
 // minio-go are signed by readSigner (sign.go); both signers derive the
 // SigV4 key once a day instead of per request.
 //
-// Writes are one PUT, or a multipart upload above Config.PartSize (16 MiB
-// by default); both become visible only when complete. A multipart upload
+// Writes are one PUT, or a multipart upload of Config.PartSize parts (16
+// MiB by default) above Config.MultipartThreshold (128 MiB); both become
+// visible only when complete. A multipart upload
 // of a Write body (io.ReaderAt) is the store's own: parts 2..N go up first,
 // 4 at a time, straight from the compute buffers, while Write hashes the
 // tensors, and part 1, which holds the header with the sha256s, is the S3

@@ -125,13 +125,17 @@ func TestKillDuringWrite(t *testing.T) {
 		multipart bool
 	}{
 		{"multipart", killRows(), true},
-		{"single PUT", 2048, false}, // 8 MiB < the 16 MiB part size
+		{"single PUT", 2048, false}, // 8 MiB, under the multipart threshold
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			gw := gateway(t)
 			tp := newTap()
-			st := newStore(t, gw, func(cfg *s3.Config) { cfg.Transport = tp; cfg.Backoff = patient })
+			st := newStore(t, gw, func(cfg *s3.Config) {
+				cfg.Transport = tp
+				cfg.Backoff = patient
+				cfg.MultipartThreshold = 16 << 20 // the 32 MiB object of -short too
+			})
 			r := newRouter(st)
 			uri := "s3://data/t/kill-write.safetensors"
 			x := tensor("dx", c.rows, 1024, 23)

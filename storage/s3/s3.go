@@ -41,8 +41,17 @@ type Config struct {
 	CAFile    string // PEM bundle to trust instead of the system roots (TLS only)
 	Allow     []AllowRule
 
-	// PartSize is the multipart part size; objects up to it go in one PUT.
-	// 0 means minio-go's default (16 MiB).
+	// MultipartThreshold: objects up to it go up in one PUT, larger ones
+	// as a multipart upload of PartSize parts. 0 means 128 MiB. One PUT
+	// streams into the object; a multipart upload costs the server a copy
+	// of every part into the object at completion (versitygw: 30-80 ms per
+	// 64 MiB on a 2-core host, where one PUT of a 64 MiB output measured
+	// 100-107% of minio-go's multipart PutObject and our multipart upload
+	// 79-91%; storage/s3 BenchmarkWrite). Lower it for links where one
+	// connection is slow and parallel parts pay.
+	MultipartThreshold uint64
+	// PartSize is the multipart part size. 0 means minio-go's default
+	// (16 MiB).
 	PartSize uint64
 	// Backoff is the retry policy for transient failures; the zero value
 	// means storage.DefaultBackoff.
@@ -78,15 +87,16 @@ type Config struct {
 
 // Store is the S3 store.
 type Store struct {
-	core    minio.Core // writes: minio-go's own signing
-	rcore   minio.Core // reads (GET, HEAD): signed by readSigner, see sign.go
-	fast    *fastGet   // GETs, HEADs, single PUTs; nil: off (see Config.DisableFastPath)
-	allow   []AllowRule
-	part    uint64
-	backoff storage.Backoff
-	stall   time.Duration
-	sign    bool
-	host    string
+	core      minio.Core // writes: minio-go's own signing
+	rcore     minio.Core // reads (GET, HEAD): signed by readSigner, see sign.go
+	fast      *fastGet   // GETs, HEADs, single PUTs; nil: off (see Config.DisableFastPath)
+	allow     []AllowRule
+	part      uint64
+	threshold uint64 // Config.MultipartThreshold
+	backoff   storage.Backoff
+	stall     time.Duration
+	sign      bool
+	host      string
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -110,6 +120,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
 		return nil, errors.New("s3: access key and secret key go together")
+	}
+	if cfg.PartSize != 0 && (cfg.PartSize < minPart || cfg.PartSize > maxPut) {
+		return nil, fmt.Errorf("s3: part size %d bytes: S3 takes parts of 5 MiB (%d) to 5 GiB (%d)", cfg.PartSize, minPart, uint64(maxPut))
+	}
+	if cfg.MultipartThreshold > maxPut {
+		return nil, fmt.Errorf("s3: multipart threshold %d bytes: over S3's largest single PUT, 5 GiB (%d)", cfg.MultipartThreshold, uint64(maxPut))
 	}
 	var tlsCfg *tls.Config
 	if cfg.CAFile != "" {
@@ -197,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if stall <= 0 {
 		stall = 30 * time.Second
 	}
-	st := &Store{core: minio.Core{Client: c}, rcore: minio.Core{Client: rc}, allow: cfg.Allow, part: cfg.PartSize, backoff: b,
+	st := &Store{core: minio.Core{Client: c}, rcore: minio.Core{Client: rc}, allow: cfg.Allow, part: cfg.PartSize, threshold: cfg.MultipartThreshold, backoff: b,
 		stall: stall, sign: cfg.SignPayload, host: cfg.Endpoint}
 	if !cfg.DisableFastPath && fastReadsApply(c, tr) {
 		st.fast = newFastGet(cfg, region, tlsCfg, keys, stall)
@@ -748,22 +764,32 @@ const minPart = 5 << 20
 // uploadThreads is how many parts go up at once (minio-go's default).
 const uploadThreads = 4
 
+// maxPut is the largest single PUT, and part, S3 accepts.
+const maxPut = 5 << 30
+
+// defaultMultipartThreshold is Config.MultipartThreshold's default.
+const defaultMultipartThreshold = 128 << 20
+
 // partPlan returns the part boundaries of an object of size bytes, or nil
-// for one PUT: size / PartSize parts rounded down (an output of 64 MiB of
-// tensor plus a few hundred bytes of header is 4 parts, not 4 full parts
-// and a fifth for the header's worth). The first part, which holds the
-// header, is the S3 minimum of 5 MiB and the others share the rest
-// equally: Write finishes the header (its tensors' sha256s) while parts
-// 2..N go up, and only 5 MiB wait for it. An object between one and two
-// part sizes is 2 parts. Objects up to PartSize, and beyond 10,000 parts,
-// return nil.
+// for one PUT: objects up to the multipart threshold (and any of at most
+// 5 MiB, the smallest part). Above it, size / PartSize parts rounded down
+// (an output of 64 MiB of tensor plus a few hundred bytes of header is 4
+// parts, not 4 full parts and a fifth for the header's worth). The first
+// part, which holds the header, is the S3 minimum of 5 MiB and the others
+// share the rest equally: Write finishes the header (its tensors' sha256s)
+// while parts 2..N go up, and only 5 MiB wait for it. An object under two
+// part sizes is 2 parts. Beyond 10,000 parts, nil.
 func (s *Store) partPlan(size int64) []int64 {
 	base := int64(s.part)
 	if base <= 0 {
 		base = 16 << 20
 	}
+	thr := int64(s.threshold)
+	if thr <= 0 {
+		thr = defaultMultipartThreshold
+	}
 	n := size / base
-	if size <= base || n > 10000 {
+	if size <= thr || size <= minPart || n > 10000 {
 		return nil
 	}
 	n = max(n, 2) // above PartSize, below twice it: 5 MiB and the rest

@@ -130,7 +130,7 @@ func TestMultipart(t *testing.T) {
 	ctx := context.Background()
 	gw := gateway(t)
 	tp := newTap()
-	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp; c.PartSize = 5 << 20 })
+	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp; c.PartSize, c.MultipartThreshold = 5<<20, 5<<20 })
 	r := newRouter(st)
 	uri := "s3://data/t/mp.safetensors"
 	ts := []storage.OutTensor{tensor("dx", 3000, 1024, 5), tensor("dw", 1, 1024, 6)} // ~11.7 MiB: 2 parts of ~5.9 MiB
@@ -384,7 +384,7 @@ func TestSmallObjectOneRequest(t *testing.T) {
 func TestMultipartChecksum(t *testing.T) {
 	ctx := context.Background()
 	gw := gateway(t)
-	st := newStore(t, gw, func(c *s3.Config) { c.PartSize = 5 << 20 })
+	st := newStore(t, gw, func(c *s3.Config) { c.PartSize, c.MultipartThreshold = 5<<20, 5<<20 })
 	r := newRouter(st)
 	if _, err := r.Write(ctx, "s3://data/t/mp-crc.safetensors", []storage.OutTensor{tensor("dx", 3000, 1024, 7)}, nil); err != nil {
 		t.Fatal(err)
