@@ -336,11 +336,8 @@ static void tail(Shape& S, const char* name, int bps, int gfix) {
 		rows_only();
 		reduce_t<0><<<(nch + 7) / 8, 256>>>(S.part, S.dw, g, nch);
 	};
-	auto pdl = [&](bool trig) {
-		if (trig)
-			kt<<<g, T>>>(S.x, S.w, S.dy, S.dx, S.part, rows, nch, rg, eps, fdim);
-		else
-			rows_only();
+	// The reduce as a programmatic dependent launch of the kernel before it.
+	auto reduce_pdl = [&] {
 		cudaLaunchConfig_t cfg = {};
 		cfg.gridDim = dim3((nch + 7) / 8);
 		cfg.blockDim = dim3(256);
@@ -350,6 +347,13 @@ static void tail(Shape& S, const char* name, int bps, int gfix) {
 		cfg.attrs = at;
 		cfg.numAttrs = 1;
 		CK(cudaLaunchKernelEx(&cfg, reduce_t<1>, (const float4*)S.part, S.dw, g, nch));
+	};
+	auto pdl = [&](bool trig) {
+		if (trig)
+			kt<<<g, T>>>(S.x, S.w, S.dy, S.dx, S.part, rows, nch, rg, eps, fdim);
+		else
+			rows_only();
+		reduce_pdl();
 	};
 	auto coop = [&] {
 		const float4 *x = S.x, *w = S.w, *dy = S.dy;
@@ -361,15 +365,7 @@ static void tail(Shape& S, const char* name, int bps, int gfix) {
 	auto il_only = [&] { kil<<<g, T>>>(S.x, S.w, S.dy, S.dx, S.part, rows, nch, rg, eps, fdim); };
 	auto il_pdl = [&] {
 		il_only();
-		cudaLaunchConfig_t cfg = {};
-		cfg.gridDim = dim3((nch + 7) / 8);
-		cfg.blockDim = dim3(256);
-		cudaLaunchAttribute at[1];
-		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-		at[0].val.programmaticStreamSerializationAllowed = 1;
-		cfg.attrs = at;
-		cfg.numAttrs = 1;
-		CK(cudaLaunchKernelEx(&cfg, reduce_t<1>, (const float4*)S.part, S.dw, g, nch));
+		reduce_pdl();
 	};
 	const float til = timeit(il_only);
 	CK(cudaMemset(S.dw, 0, 4 * S.dim));
