@@ -200,6 +200,31 @@ func (f *fastGet) release(c *fconn, ok bool) {
 // release c. A reused connection that the server had closed is replaced by
 // a fresh one.
 func (f *fastGet) open(ctx context.Context, method, bucket, key string, from, to int64, pin string) (*fconn, error) {
+	c, err := f.exchange(ctx, method, bucket, key, from, to, func(c *fconn, now time.Time) (bool, error) {
+		return f.roundTrip(ctx, c, now, method, bucket, key, from, to, pin)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.status == http.StatusOK || c.status == http.StatusPartialContent {
+		if c.chunked || c.clen < 0 {
+			f.release(c, false)
+			f.fallbacks.Add(1)
+			return nil, errFallback
+		}
+		return c, nil
+	}
+	return nil, f.errorResponse(c, method, bucket, key)
+}
+
+// exchange is one request of the fast path (GET, HEAD or PUT) on a pooled
+// or freshly dialled connection: send writes the request on c and reads
+// the response head, fresh when it failed before any byte of a response.
+// A reused connection that the server closed while idle fails that way,
+// and the request goes again on another (nothing was processed). On
+// success c has its head read, and the caller must release it.
+func (f *fastGet) exchange(ctx context.Context, method, bucket, key string, from, to int64,
+	send func(c *fconn, now time.Time) (fresh bool, err error)) (*fconn, error) {
 	for tries := 0; ; tries++ {
 		now := time.Now()
 		c := f.get(now)
@@ -211,22 +236,14 @@ func (f *fastGet) open(ctx context.Context, method, bucket, key string, from, to
 				return nil, err
 			}
 		}
-		fresh, err := f.roundTrip(ctx, c, now, method, bucket, key, from, to, pin)
+		fresh, err := send(c, now)
 		if err == nil {
 			f.traceRequest(method, bucket, key, from, to, c.status)
-			if c.status == http.StatusOK || c.status == http.StatusPartialContent {
-				if c.chunked || c.clen < 0 {
-					f.release(c, false)
-					f.fallbacks.Add(1)
-					return nil, errFallback
-				}
-				return c, nil
-			}
-			return nil, f.errorResponse(c, method, bucket, key)
+			return c, nil
 		}
 		f.release(c, false)
 		if reused && fresh && tries <= f.idle && ctx.Err() == nil && stale(err) {
-			continue // the server closed it while it was idle: nothing was processed
+			continue // the server closed it while it was idle
 		}
 		if errors.Is(err, errFallback) {
 			f.fallbacks.Add(1)

@@ -26,45 +26,25 @@ func (f *fastGet) put(ctx context.Context, ref storage.Ref, r seekWriterTo, star
 	if !utf8.ValidString(key) {
 		return errFallback // minio-go sends such keys unencoded
 	}
-	for tries := 0; ; tries++ {
-		now := time.Now()
-		c := f.get(now)
-		reused := c != nil
-		if c == nil {
-			var err error
-			if c, err = f.dial(ctx); err != nil {
-				f.traceRequest(http.MethodPut, bucket, key, 0, -1, 0)
-				return err
-			}
-		}
-		fresh, err := f.putOnce(ctx, c, now, bucket, key, r, start, n, crc)
-		if err == nil {
-			f.traceRequest(http.MethodPut, bucket, key, 0, -1, c.status)
-			if c.status != http.StatusOK {
-				return f.errorResponse(c, http.MethodPut, bucket, key)
-			}
-			// Stored. The (empty) body is drained so that the connection
-			// can serve again; one that cannot is closed.
-			ok := !c.chunked && c.clen >= 0
-			if ok && c.left > 0 && c.left <= maxErrorBody {
-				k, derr := c.br.Discard(int(c.left))
-				c.left -= int64(k)
-				ok = derr == nil
-			}
-			f.release(c, ok && c.left == 0)
-			return nil
-		}
-		f.release(c, false)
-		if reused && fresh && tries <= f.idle && ctx.Err() == nil && stale(err) {
-			continue // closed by the server while idle: nothing was stored
-		}
-		if errors.Is(err, errFallback) {
-			f.fallbacks.Add(1)
-		} else {
-			f.traceRequest(http.MethodPut, bucket, key, 0, -1, 0)
-		}
+	c, err := f.exchange(ctx, http.MethodPut, bucket, key, 0, -1, func(c *fconn, now time.Time) (bool, error) {
+		return f.putOnce(ctx, c, now, bucket, key, r, start, n, crc)
+	})
+	if err != nil {
 		return err
 	}
+	if c.status != http.StatusOK {
+		return f.errorResponse(c, http.MethodPut, bucket, key)
+	}
+	// Stored. The (empty) body is drained so that the connection can serve
+	// again; one that cannot is closed.
+	ok := !c.chunked && c.clen >= 0
+	if ok && c.left > 0 && c.left <= maxErrorBody {
+		k, derr := c.br.Discard(int(c.left))
+		c.left -= int64(k)
+		ok = derr == nil
+	}
+	f.release(c, ok && c.left == 0)
+	return nil
 }
 
 // putOnce sends the PUT on c and reads the response head. fresh is true
