@@ -108,8 +108,9 @@ const smemReserve = 1024
 // The kernel depends only on dim and the groups only on rows, dim and the
 // device, so the sums do too. RMSGRAD_CUDA_STAGES=n (read at Open) takes the
 // shared-memory path for every multiple of 4 up to 8192 with up to n slots,
-// and RMSGRAD_CUDA_BLOCKS_PER_SM forces the blocks per SM, for benchmark
-// variants.
+// RMSGRAD_CUDA_BLOCKS_PER_SM forces the blocks per SM and
+// RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0: none), for benchmark
+// variants; RMSGRAD_CUDA_PDL=0 launches the dw reduction the ordinary way.
 func (b *Backend) geometry(rows, dim int) (rg, g, stages int, wide bool) {
 	sms := max(b.sms, 1)
 	nch := (dim + 3) / 4
