@@ -20,6 +20,8 @@ type Result struct {
 	BatchID   string            `json:"batch_id"`
 	BatchJobs int               `json:"batch_jobs"`
 	Timings   Timings           `json:"timings_ms"`
+
+	totalUS int64 // Timings.Total in whole microseconds, for the log line
 }
 
 // Timings are the stages of one job, in milliseconds.

@@ -6,10 +6,13 @@ import "context"
 // data moves. Handle carries the store's own description of the tensor
 // (storage.TensorInfo for the storage.Router adapter) back to Fetch.
 type TensorInfo struct {
-	URI    string
-	DType  string
-	Shape  []int
-	Size   int64 // data bytes
+	URI   string
+	DType string
+	Shape []int
+	Size  int64 // data bytes
+	// Local is true when Fetch needs no I/O: the header read already
+	// holds the data (a small object), so Fetch is a copy.
+	Local  bool
 	Handle any
 }
 

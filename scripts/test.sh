@@ -45,6 +45,9 @@ GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet $(go list ./... | grep -v '/metal$
 log "go test"
 go test -count=1 -timeout 60m ${RMSGRAD_TEST_FLAGS:-} ./... 2>&1 | tee /tmp/rmsgrad-test.log | grep -Ev '^(=== RUN|=== PAUSE|=== CONT)' || { echo "go test failed"; exit 1; }
 
+log "benchmarks (smoke: each runs a few iterations, so none rots)"
+go test -run='^$' -bench='HandlerNoNetwork|CheckFinite' -benchtime=200x ./cmd/bench ./jobs
+
 log "fuzz (bounded)"
 FUZZTIME=${FUZZTIME:-10s}
 for spec in $(scripts/fuzz-targets.sh); do

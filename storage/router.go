@@ -225,6 +225,10 @@ func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
 	return t, nil
 }
 
+// Inline reports whether Head's read of the object's start already holds
+// t's bytes, so that the first Fetch is a copy and makes no request.
+func (t TensorInfo) Inline() bool { return t.inline != nil && !t.inline.taken.Load() }
+
 func supported(dtype string) bool {
 	for _, d := range SupportedDTypes {
 		if d == dtype {
@@ -362,57 +366,71 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	for k, v := range meta {
 		all[k] = v
 	}
-	// Hex sha256s have a fixed length, so the header's size is known before
-	// any hashing: encode it with placeholder digests (this also validates
-	// names, dtypes and sizes), give the store a body whose header bytes
-	// wait for the real digests, and hash while the store sends the tensor
-	// bytes. The S3 store uploads parts 2..N of a large object while part 1
-	// waits for the header; a store that reads in order (a single PUT, a
-	// file) waits for the hashes as it would anyway.
+	var data int64
 	for _, t := range ts {
-		all[SHA256Key(t.Name)] = placeholderSHA256
+		data += int64(len(t.Data))
 	}
-	hdr, err := safetensors.EncodeHeader(ts, all)
-	if err != nil {
-		return WriteResult{}, wrap("write", ref, err)
+	digest := func(t OutTensor) string {
+		sum := sha256.Sum256(t.Data)
+		h := hex.EncodeToString(sum[:])
+		res.SHA256[t.Name] = h
+		all[SHA256Key(t.Name)] = h
+		return h
 	}
-	segs := make([][]byte, 0, 1+len(ts))
-	segs = append(segs, hdr)
-	for _, t := range ts {
-		segs = append(segs, t.Data)
-	}
-	body := NewSegments(segs...)
-	body.gate, body.gateEnd = make(chan struct{}), int64(len(hdr))
-	finish := func() {
-		defer close(body.gate)
-		for _, t := range ts {
-			sum := sha256.Sum256(t.Data)
-			h := hex.EncodeToString(sum[:])
-			res.SHA256[t.Name] = h
-			all[SHA256Key(t.Name)] = h
-		}
-		final, err := safetensors.EncodeHeader(ts, all)
-		if err == nil && len(final) != len(hdr) {
-			err = fmt.Errorf("header with digests is %d bytes, with placeholders %d", len(final), len(hdr))
-		}
-		if err != nil {
-			body.gateErr = err
-			return
-		}
-		copy(hdr, final)
-	}
-	if body.Size() <= inlineHashMax {
+	var body *Segments
+	if data <= inlineHashMax {
 		// A small object goes up in one request that starts with the
-		// header: nothing to overlap the hashing with, so no goroutine.
-		finish()
+		// header: nothing to overlap the hashing with, so hash first and
+		// encode the header once.
+		for _, t := range ts {
+			digest(t)
+		}
+		hdr, err := safetensors.EncodeHeader(ts, all)
+		if err != nil {
+			return WriteResult{}, wrap("write", ref, err)
+		}
+		body = newBody(hdr, ts)
 	} else {
-		go finish()
+		// Hex sha256s have a fixed length, so the header's size is known
+		// before any hashing: encode it with placeholder digests (this also
+		// validates names, dtypes and sizes), give the store a body whose
+		// header bytes wait for the real digests, and hash while the store
+		// sends the tensor bytes. The S3 store uploads parts 2..N of a
+		// large object while part 1 waits for the header; a store that
+		// reads in order (a single PUT, a file) waits for the hashes as it
+		// would anyway.
+		for _, t := range ts {
+			all[SHA256Key(t.Name)] = placeholderSHA256
+		}
+		hdr, err := safetensors.EncodeHeader(ts, all)
+		if err != nil {
+			return WriteResult{}, wrap("write", ref, err)
+		}
+		body = newBody(hdr, ts)
+		body.gate, body.gateEnd = make(chan struct{}), int64(len(hdr))
+		go func() {
+			defer close(body.gate)
+			for _, t := range ts {
+				digest(t)
+			}
+			final, err := safetensors.EncodeHeader(ts, all)
+			if err == nil && len(final) != len(hdr) {
+				err = fmt.Errorf("header with digests is %d bytes, with placeholders %d", len(final), len(hdr))
+			}
+			if err != nil {
+				body.gateErr = err
+				return
+			}
+			copy(hdr, final)
+		}()
 	}
 	res.Bytes = body.Size()
 	err = s.Put(ctx, ref, body, res.Bytes)
-	<-body.gate // res and the header are the hashing goroutine's until then
-	if err == nil {
-		err = body.gateErr
+	if body.gate != nil {
+		<-body.gate // res and the header are the hashing goroutine's until then
+		if err == nil {
+			err = body.gateErr
+		}
 	}
 	if err != nil {
 		return WriteResult{}, wrap("write", ref, err)
@@ -421,11 +439,21 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	return res, nil
 }
 
-// inlineHashMax is the largest object Write hashes before handing the body
-// to the store rather than beside the upload: an object this small goes
-// in one request (S3's smallest multipart part is 5 MiB), which waits for
-// the header, so hashing beside it saves nothing.
+// inlineHashMax is the most tensor bytes Write hashes before handing the
+// body to the store rather than beside the upload: an object this small
+// goes in one request (S3's smallest multipart part is 5 MiB), which waits
+// for the header, so hashing beside it saves nothing.
 const inlineHashMax = 1 << 20
+
+// newBody is the object's bytes: the header, then each tensor's data.
+func newBody(hdr []byte, ts []OutTensor) *Segments {
+	segs := make([][]byte, 0, 1+len(ts))
+	segs = append(segs, hdr)
+	for _, t := range ts {
+		segs = append(segs, t.Data)
+	}
+	return NewSegments(segs...)
+}
 
 // placeholderSHA256 stands in for a digest while Write hashes: as long as
 // a hex sha256, so the header does not change size.

@@ -26,7 +26,7 @@ func (s routerStore) Head(ctx context.Context, uri string) (jobs.TensorInfo, err
 	if err != nil {
 		return jobs.TensorInfo{}, err
 	}
-	return jobs.TensorInfo{URI: uri, DType: t.DType, Shape: t.Shape, Size: t.Size, Handle: t}, nil
+	return jobs.TensorInfo{URI: uri, DType: t.DType, Shape: t.Shape, Size: t.Size, Local: t.Inline(), Handle: t}, nil
 }
 
 func (s routerStore) Fetch(ctx context.Context, t jobs.TensorInfo, dst []byte) error {

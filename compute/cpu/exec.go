@@ -190,11 +190,12 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 	pr := p.be.pr
 	workers := min(threads, len(tasks))
 	if workers <= 1 {
+		sc := new(scratch)
 		for i := range tasks {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			tasks[i].do(pr)
+			tasks[i].do(pr, sc)
 		}
 		return nil
 	}
@@ -205,6 +206,7 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			sc := new(scratch)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(tasks) || failed.Load() {
@@ -214,7 +216,7 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 					failed.Store(true)
 					return
 				}
-				tasks[i].do(pr)
+				tasks[i].do(pr, sc)
 			}
 		}()
 	}
@@ -225,7 +227,7 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 	return nil
 }
 
-func (t *task) do(pr *prims) {
+func (t *task) do(pr *prims, sc *scratch) {
 	u := t.u
 	if t.reduce {
 		d := u.dim
@@ -258,17 +260,17 @@ func (t *task) do(pr *prims) {
 		var r, c float32
 		switch {
 		case u.rOut != nil && u.dx != nil:
-			ss, s := pr.rowDots(x, dy, u.w)
+			ss, s := pr.rowDots(x, dy, u.w, sc)
 			r = rmsInv(ss, d, u.eps)
 			c = dxCoef(s, r, d)
 			u.rOut[b] = r
 		case u.rOut != nil:
-			r = rmsInv(pr.rowSumSq(x), d, u.eps)
+			r = rmsInv(pr.rowSumSq(x, sc), d, u.eps)
 			u.rOut[b] = r
 		default:
 			r = u.rIn[b]
 			if u.dx != nil {
-				_, s := pr.rowDots(x, dy, u.w)
+				_, s := pr.rowDots(x, dy, u.w, sc)
 				c = dxCoef(s, r, d)
 			}
 		}

@@ -37,9 +37,9 @@ func FuzzPrimsSameBits(f *testing.F) {
 				t.Fatalf("n=%d %s: %g (%#x) vs %g (%#x)", n, what, a, math.Float32bits(a), b, math.Float32bits(b))
 			}
 		}
-		same("rowSumSq", best.rowSumSq(x), goPrims.rowSumSq(x))
-		ss1, s1 := best.rowDots(x, dy, w)
-		ss2, s2 := goPrims.rowDots(x, dy, w)
+		same("rowSumSq", best.rowSumSq(x, new(scratch)), goPrims.rowSumSq(x, new(scratch)))
+		ss1, s1 := best.rowDots(x, dy, w, new(scratch))
+		ss2, s2 := goPrims.rowDots(x, dy, w, new(scratch))
 		same("rowDots ss", ss1, ss2)
 		same("rowDots s", s1, s2)
 		if n == 0 {

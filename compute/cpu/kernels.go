@@ -96,32 +96,40 @@ func reduceLanes(a *[lanes]float32) float32 {
 	return (u0 + u2) + (u1 + u3)
 }
 
+// scratch holds a row's lane accumulators. The prims are called through
+// function values, so accumulators on the stack would escape: two heap
+// allocations per row. Each task runner owns one scratch instead.
+type scratch struct{ a, b [lanes]float32 }
+
 // rowSumSq returns sum x[i]^2 in the fixed lane order.
-func (pr *prims) rowSumSq(x []float32) float32 {
-	var acc [lanes]float32
+func (pr *prims) rowSumSq(x []float32, sc *scratch) float32 {
+	acc := &sc.a
+	clear(acc[:])
 	n := len(x) &^ (lanes - 1)
 	if n > 0 {
-		pr.sumSq(x[:n], &acc)
+		pr.sumSq(x[:n], acc)
 	}
 	for i := n; i < len(x); i++ {
 		acc[i-n] += float32(x[i] * x[i])
 	}
-	return reduceLanes(&acc)
+	return reduceLanes(acc)
 }
 
 // rowDots returns sum x^2 and sum (dy*w)*x in the same lane order as
 // rowSumSq, so the fused and unfused r are bitwise equal.
-func (pr *prims) rowDots(x, dy, w []float32) (ss, s float32) {
-	var a, b [lanes]float32
+func (pr *prims) rowDots(x, dy, w []float32, sc *scratch) (ss, s float32) {
+	a, b := &sc.a, &sc.b
+	clear(a[:])
+	clear(b[:])
 	n := len(x) &^ (lanes - 1)
 	if n > 0 {
-		pr.dot(x[:n], dy[:n], w[:n], &a, &b)
+		pr.dot(x[:n], dy[:n], w[:n], a, b)
 	}
 	for i := n; i < len(x); i++ {
 		a[i-n] += float32(x[i] * x[i])
 		b[i-n] += float32(float32(dy[i]*w[i]) * x[i])
 	}
-	return reduceLanes(&a), reduceLanes(&b)
+	return reduceLanes(a), reduceLanes(b)
 }
 
 // rmsInv is r = 1/sqrt(ss/dim + eps): the mean and the sum in float32, the

@@ -34,15 +34,15 @@ func TestPrimsSameBits(t *testing.T) {
 		dy := computetest.Uniform(uint64(n)+1, n, 0.5)
 		w := computetest.Uniform(uint64(n)+2, n, 1)
 		r, c := float32(0.731), float32(-0.0123)
-		if a, b := best.rowSumSq(x), goPrims.rowSumSq(x); math.Float32bits(a) != math.Float32bits(b) {
+		if a, b := best.rowSumSq(x, new(scratch)), goPrims.rowSumSq(x, new(scratch)); math.Float32bits(a) != math.Float32bits(b) {
 			t.Fatalf("n=%d rowSumSq: %g vs %g", n, a, b)
 		}
-		ss1, s1 := best.rowDots(x, dy, w)
-		ss2, s2 := goPrims.rowDots(x, dy, w)
+		ss1, s1 := best.rowDots(x, dy, w, new(scratch))
+		ss2, s2 := goPrims.rowDots(x, dy, w, new(scratch))
 		if math.Float32bits(ss1) != math.Float32bits(ss2) || math.Float32bits(s1) != math.Float32bits(s2) {
 			t.Fatalf("n=%d rowDots: (%g, %g) vs (%g, %g)", n, ss1, s1, ss2, s2)
 		}
-		if ss1 != best.rowSumSq(x) {
+		if ss1 != best.rowSumSq(x, new(scratch)) {
 			t.Fatalf("n=%d: rowDots' sum of squares differs from rowSumSq's", n)
 		}
 		for _, nt := range []bool{false, true} {

@@ -1,0 +1,31 @@
+//go:build amd64
+
+package jobs
+
+import "golang.org/x/sys/cpu"
+
+// hasAVX2 selects finiteAVX2; a variable so that tests can run the
+// portable path on an AVX2 machine too.
+var hasAVX2 = cpu.X86.HasAVX2
+
+// finiteAVX2 reports whether the blocks*32 float32 values from p on are
+// all finite: allFiniteSWAR's test on eight values per 256-bit register,
+// four registers a step (finite_amd64.s). blocks must be > 0.
+//
+//go:noescape
+func finiteAVX2(p *float32, blocks int) bool
+
+// allFinite reports whether v holds no NaN or Inf. The worker scans every
+// input and output of every job with it (about 100 KiB for a small job).
+// BenchmarkCheckFinite on the development VM: 0.23 us per 32 KiB with
+// AVX2, 1.4 us with allFiniteSWAR.
+func allFinite(v []float32) bool {
+	if hasAVX2 && len(v) >= 32 {
+		n := len(v) / 32
+		if !finiteAVX2(&v[0], n) {
+			return false
+		}
+		v = v[32*n:]
+	}
+	return allFiniteSWAR(v)
+}

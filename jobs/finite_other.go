@@ -1,0 +1,6 @@
+//go:build !amd64
+
+package jobs
+
+// allFinite reports whether v holds no NaN or Inf.
+func allFinite(v []float32) bool { return allFiniteSWAR(v) }
