@@ -330,6 +330,22 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 		r.Target = "< 100 us: not met"
 	}
 	rows = append(rows, r)
+	// The overhead's two steady parts, measured beside it: asynq's own
+	// floor (a no-op handler, same payloads and concurrency) and the
+	// worker's path with neither network nor asynq.
+	q, err := benchQueue(ctx, e.redis.addr, o.scaled(o.queueTasks), o.concurrency, filepath.Join(o.out, "queue-noop.cpu.prof"))
+	if err != nil {
+		return rows, notes, err
+	}
+	fl := q.Floor
+	rows = append(rows, row{Section: "e2e", What: "queue floor: asynq no-op handler, CPU per task outside the network (pprof, same split)",
+		Figure:  fmt.Sprintf("%.0f us (asynq %.0f + Go runtime %.0f + other %.0f; network %.0f)", fl.OverheadPerJob(), fl.us(fl.Asynq), fl.us(fl.Runtime), fl.us(fl.Other+fl.Rmsgrad), fl.us(fl.Network)),
+		Ceiling: "(part of the overhead row; no handler can remove it)"})
+	nn, err := benchNoNetwork(ctx, o.scaled(20000), o.concurrency, filepath.Join(o.out, "worker-nonet.cpu.prof"))
+	if err != nil {
+		return rows, notes, err
+	}
+	rows = append(rows, noNetRow(nn))
 	notes = append(notes, overheadMethod)
 	notes = append(notes, "top overhead functions (flat, us/job): "+ov.Top(12))
 	return rows, notes, nil

@@ -110,7 +110,7 @@ func run(ctx context.Context, o options) error {
 
 	var q queueResult
 	if o.want("queue") {
-		if q, err = benchQueue(ctx, e.redis.addr, o.scaled(o.queueTasks), o.concurrency); err != nil {
+		if q, err = benchQueue(ctx, e.redis.addr, o.scaled(o.queueTasks), o.concurrency, ""); err != nil {
 			return err
 		}
 		rep.Rows = append(rep.Rows, row{Section: "queue", What: fmt.Sprintf("asynq no-op handler, %d B payload", q.PayloadBytes),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +24,10 @@ type queueResult struct {
 	Concurrency  int
 	EnqueuePerS  float64 // tasks/s of the fill, for reference
 	TasksPerS    float64 // first handler start to last handler end
+	// Floor is the profiled drain's split (benchQueue with a profile
+	// path): asynq's and the Go runtime's CPU per task outside the network,
+	// the part of the per-job overhead no handler can remove.
+	Floor *profileSplit
 }
 
 // samplePayload is a real job payload of the shape cmd/enqueue writes, so
@@ -43,7 +49,10 @@ func enqueueOptions(queue string) []asynq.Option {
 		asynq.MaxRetry(3), asynq.Timeout(10 * time.Minute)}
 }
 
-func benchQueue(ctx context.Context, redisAddr string, tasks, concurrency int) (queueResult, error) {
+// benchQueue fills a queue with tasks and drains it with a no-op handler.
+// With profPath it profiles the drain (CPU, runtime/pprof) into it and
+// splits the profile into res.Floor.
+func benchQueue(ctx context.Context, redisAddr string, tasks, concurrency int, profPath string) (queueResult, error) {
 	res := queueResult{Tasks: tasks, Concurrency: concurrency}
 	const queue = "bench-noop"
 	rc := asynq.RedisClientOpt{Addr: redisAddr}
@@ -102,6 +111,17 @@ func benchQueue(ctx context.Context, redisAddr string, tasks, concurrency int) (
 		}
 		return nil
 	})
+	if profPath != "" {
+		f, err := os.Create(profPath)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := srv.Start(mux); err != nil {
 		return res, fmt.Errorf("queue ceiling: start asynq server: %w", err)
 	}
@@ -110,6 +130,14 @@ func benchQueue(ctx context.Context, redisAddr string, tasks, concurrency int) (
 	case <-finished:
 	case <-ctx.Done():
 		return res, fmt.Errorf("queue ceiling: %d of %d tasks done: %w", done.Load(), tasks, ctx.Err())
+	}
+	if profPath != "" {
+		pprof.StopCPUProfile()
+		sp, err := analyzeCPUProfile(profPath, tasks)
+		if err != nil {
+			return res, err
+		}
+		res.Floor = &sp
 	}
 	res.TasksPerS = float64(tasks) / end.Sub(start).Seconds()
 	slog.Info("queue ceiling", "tasks", tasks, "payload_bytes", res.PayloadBytes,
