@@ -19,6 +19,17 @@ type shape struct {
 	Name      string
 	Rows, Dim int
 	Jobs      int // how many jobs (or objects) to run for this class
+	// Staged is how many jobs' inputs are staged (0: Jobs); job i reads
+	// those of job i mod Staged.
+	Staged int
+}
+
+// staged is how many jobs' inputs s stages.
+func (s shape) staged() int {
+	if s.Staged > 0 {
+		return s.Staged
+	}
+	return s.Jobs
 }
 
 // XBytes is the size of x (and of dy and dx) in bytes.
