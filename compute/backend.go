@@ -23,6 +23,20 @@ type Backend interface {
 	Close() error
 }
 
+// HostAdopter is a Backend that can compute on host memory it did not
+// allocate, so that input bytes already in memory (a small tensor that the
+// storage layer's header read holds) become a buffer without a copy. The
+// cpu backend implements it; device backends, whose buffers live in their
+// own memory, do not.
+type HostAdopter interface {
+	// Adopt returns a buffer of dtype and shape over b, which must be
+	// exactly the shape's bytes and stay untouched until the buffer is
+	// released; Release then calls release (once) instead of pooling the
+	// memory. ok is false when b is unsuitable (a size or alignment the
+	// backend cannot use); the caller then allocates and copies.
+	Adopt(dtype DType, shape []int, b []byte, release func()) (buf Buffer, ok bool)
+}
+
 // OpKind says what an Op is.
 type OpKind uint8
 

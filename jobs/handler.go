@@ -69,6 +69,11 @@ type Handler struct {
 	stage map[string]prometheus.Observer
 	// jobsOK is rmsgrad_jobs_total{outcome="ok"}, looked up once.
 	jobsOK prometheus.Counter
+	// adopter and taker are Backend and Store when they can hand a small
+	// input's bytes from the header read to the compute without a copy
+	// (both nil otherwise).
+	adopter compute.HostAdopter
+	taker   InlineTaker
 }
 
 // NewHandler checks cfg and returns a Handler.
@@ -85,6 +90,11 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, stage: map[string]prometheus.Observer{}}
 	h.jobsOK = cfg.Metrics.Jobs.WithLabelValues(OutcomeOK)
+	if a, ok := cfg.Backend.(compute.HostAdopter); ok {
+		if t, ok := cfg.Store.(InlineTaker); ok {
+			h.adopter, h.taker = a, t
+		}
+	}
 	for _, st := range []string{StageQueueWait, StageFetch, StageBatchWait, StageCompute, StageStore, StageTotal} {
 		h.stage[st] = cfg.Metrics.Stage.WithLabelValues(st)
 	}
@@ -228,15 +238,27 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		bufs = append(bufs, b)
 		return b, nil
 	}
-	if w.X, err = alloc("x", rows, dim); err != nil {
-		return nil, err
+	// Inputs. A small tensor that its header read already holds becomes
+	// the buffer itself when the backend computes on host memory (the cpu
+	// backend): no allocation and no copy. The others are allocated here
+	// and range-read below.
+	shapes := [3][]int{{rows, dim}, {dim}, {rows, dim}}
+	var dsts [3]compute.Buffer
+	var filled [3]bool // holds the data already
+	for i := range 3 {
+		if need := 4 * int64(compute.NumElements(shapes[i])); need != infos[i].Size {
+			return nil, jobErr(id, inputNames[i], uris[i], fmt.Errorf("header says %d data bytes, shape %v needs %d", infos[i].Size, infos[i].Shape, need))
+		}
+		if b := h.adopt(infos[i], shapes[i]); b != nil {
+			bufs = append(bufs, b)
+			dsts[i], filled[i] = b, true
+			continue
+		}
+		if dsts[i], err = alloc(inputNames[i], shapes[i]...); err != nil {
+			return nil, err
+		}
 	}
-	if w.W, err = alloc("w", dim); err != nil {
-		return nil, err
-	}
-	if w.DY, err = alloc("dy", rows, dim); err != nil {
-		return nil, err
-	}
+	w.X, w.W, w.DY = dsts[0], dsts[1], dsts[2]
 	if w.R, err = alloc("r", rows); err != nil {
 		return nil, err
 	}
@@ -251,21 +273,19 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		}
 	}
 
-	// Range-read each tensor straight into its buffer: no staging copy.
-	dsts := [3]compute.Buffer{w.X, w.W, w.DY}
+	// Range-read each other tensor straight into its buffer: no staging
+	// copy.
 	fetch := each3
 	if infos[0].Local && infos[1].Local && infos[2].Local {
-		// Three copies out of the header reads (a small job): goroutines
-		// would cost more than the copies they spread.
+		// At most three copies out of the header reads (a small job):
+		// goroutines would cost more than the copies they spread.
 		fetch = seq3
 	}
 	err = fetch(ctx, func(ctx context.Context, i int) error {
-		dst := dsts[i].Bytes()
-		if int64(len(dst)) != infos[i].Size {
-			return jobErr(id, inputNames[i], uris[i], fmt.Errorf("header says %d data bytes, shape %v needs %d", infos[i].Size, infos[i].Shape, len(dst)))
-		}
-		if err := h.cfg.Store.Fetch(ctx, infos[i], dst); err != nil {
-			return jobErr(id, inputNames[i], uris[i], err)
+		if !filled[i] {
+			if err := h.cfg.Store.Fetch(ctx, infos[i], dsts[i].Bytes()); err != nil {
+				return jobErr(id, inputNames[i], uris[i], err)
+			}
 		}
 		if err := checkFinite(dsts[i].Float32s()); err != nil {
 			return jobErr(id, inputNames[i], uris[i], fmt.Errorf("input: %w", err))
@@ -366,6 +386,32 @@ func each3(ctx context.Context, f func(ctx context.Context, i int) error) error 
 		g.Go(func() error { return err0 })
 	}
 	return g.Wait()
+}
+
+// adopt returns a buffer that is t's bytes as held by its header read
+// (t.Local), when the backend and the store can hand them over, or nil:
+// the caller then allocates and fetches. The size is checked already.
+func (h *Handler) adopt(t TensorInfo, shape []int) compute.Buffer {
+	if !t.Local || h.taker == nil {
+		return nil
+	}
+	data, release, ok := h.taker.TakeInline(t)
+	if !ok {
+		return nil
+	}
+	b, ok := h.adopter.Adopt(compute.F32, shape, data, release)
+	if !ok {
+		// Unsuitable memory (alignment): copy it out, as Fetch would.
+		b, err := h.cfg.Backend.Alloc(compute.F32, shape...)
+		if err != nil {
+			release()
+			return nil
+		}
+		copy(b.Bytes(), data)
+		release()
+		return b
+	}
+	return b
 }
 
 // seq3 runs f for the three inputs one after another, stopping at the

@@ -43,3 +43,13 @@ type Store interface {
 	// Ping reports whether the stores are reachable (for /readyz).
 	Ping(ctx context.Context) error
 }
+
+// InlineTaker is a Store that can hand over the bytes of a Local tensor
+// instead of copying them in Fetch (storage.TensorInfo.TakeInline). The
+// handler uses it when the backend is a compute.HostAdopter.
+type InlineTaker interface {
+	// TakeInline returns t's bytes and a func that gives their memory back
+	// (called once, when they are no longer used); ok is false when t's
+	// bytes are not held or were taken already, and Fetch reads them then.
+	TakeInline(t TensorInfo) (data []byte, release func(), ok bool)
+}

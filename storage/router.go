@@ -229,6 +229,22 @@ func (r *Router) Head(ctx context.Context, uri string) (TensorInfo, error) {
 // t's bytes, so that the first Fetch is a copy and makes no request.
 func (t TensorInfo) Inline() bool { return t.inline != nil && !t.inline.taken.Load() }
 
+// TakeInline hands over the bytes of t that Head's read of the object's
+// start holds, instead of Fetch copying them: data is t's bytes inside a
+// pooled buffer, and release gives that buffer back (call it once, when
+// data is no longer used; until then nothing else touches the buffer).
+// ok is false when t has no such bytes or they were taken already (by
+// TakeInline or Fetch); Fetch then reads the tensor as usual.
+func (t TensorInfo) TakeInline() (data []byte, release func(), ok bool) {
+	in := t.inline
+	if in == nil || !in.taken.CompareAndSwap(false, true) {
+		return nil, nil, false
+	}
+	data, buf := in.data, in.buf
+	in.data = nil
+	return data, func() { putProbe(buf) }, true
+}
+
 func supported(dtype string) bool {
 	for _, d := range SupportedDTypes {
 		if d == dtype {

@@ -200,3 +200,54 @@ func TestMaxHeaderBytes(t *testing.T) {
 		t.Errorf("Head without a limit: %v", err)
 	}
 }
+
+// TestTakeInline: a small tensor that Head's read holds is handed over
+// once, with its exact bytes; after that Fetch still reads it (from the
+// object) and a second TakeInline declines.
+func TestTakeInline(t *testing.T) {
+	ctx := context.Background()
+	r, dir := fileRouter(t)
+	uri := "file://" + dir + "/small.safetensors"
+	x := make([]float32, 8*16)
+	for i := range x {
+		x[i] = float32(i) - 7.25
+	}
+	if _, err := r.Write(ctx, uri, []storage.OutTensor{safetensors.F32("x", []int{8, 16}, x)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.Head(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Inline() {
+		t.Fatal("a 512-byte tensor is not held by Head's read")
+	}
+	want := make([]byte, info.Size)
+	if err := r.Fetch(ctx, info, want); err != nil { // takes the held bytes: a copy
+		t.Fatal(err)
+	}
+	if _, _, ok := info.TakeInline(); ok || info.Inline() {
+		t.Fatal("TakeInline handed over bytes that Fetch had taken")
+	}
+	// A second object: the file store's Head of an object whose header is
+	// cached reads no bytes.
+	uri2 := "file://" + dir + "/small2.safetensors"
+	if _, err := r.Write(ctx, uri2, []storage.OutTensor{safetensors.F32("x", []int{8, 16}, x)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = r.Head(ctx, uri2); err != nil {
+		t.Fatal(err)
+	}
+	data, release, ok := info.TakeInline()
+	if !ok || !bytes.Equal(data, want) {
+		t.Fatalf("TakeInline: ok %v, %d bytes equal to the tensor's: %v", ok, len(data), bytes.Equal(data, want))
+	}
+	if _, _, again := info.TakeInline(); again {
+		t.Fatal("a second TakeInline handed the same bytes over again")
+	}
+	release()
+	got := make([]byte, info.Size)
+	if err := r.Fetch(ctx, info, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("Fetch after TakeInline: %v, equal %v", err, bytes.Equal(got, want))
+	}
+}

@@ -36,6 +36,15 @@ func (s *routerStore) Fetch(ctx context.Context, t jobs.TensorInfo, dst []byte) 
 	return s.r.Fetch(ctx, ti, dst)
 }
 
+// TakeInline implements jobs.InlineTaker.
+func (s *routerStore) TakeInline(t jobs.TensorInfo) ([]byte, func(), bool) {
+	ti, ok := t.Handle.(storage.TensorInfo)
+	if !ok {
+		return nil, nil, false
+	}
+	return ti.TakeInline()
+}
+
 func (s *routerStore) Write(ctx context.Context, uri string, outs []jobs.OutTensor, meta map[string]string) (map[string]string, int64, error) {
 	ts := make([]storage.OutTensor, len(outs))
 	for i, o := range outs {

@@ -38,7 +38,10 @@ type Backend struct {
 	pool    pool
 }
 
-var _ compute.Backend = (*Backend)(nil)
+var (
+	_ compute.Backend     = (*Backend)(nil)
+	_ compute.HostAdopter = (*Backend)(nil)
+)
 
 // New returns a CPU backend.
 func New(opts ...Option) *Backend {

@@ -18,6 +18,9 @@ type buffer struct {
 	words    []float32 // backing store, len = size class, 4-byte aligned
 	bytes    []byte
 	released bool
+	// adopted is set for a buffer over memory the backend did not allocate
+	// (Adopt): Release calls it instead of pooling words.
+	adopted func()
 }
 
 func (b *buffer) DType() compute.DType { return b.dtype }
@@ -39,8 +42,12 @@ func (b *buffer) Release() {
 		return
 	}
 	b.released = true
-	b.be.pool.put(b.words)
-	b.words, b.bytes = nil, nil
+	if b.adopted != nil {
+		b.adopted()
+	} else {
+		b.be.pool.put(b.words)
+	}
+	b.words, b.bytes, b.adopted = nil, nil, nil
 }
 
 // sizeClass rounds n words up so that at most 1/8 is wasted: eight classes
@@ -112,4 +119,19 @@ func newBuffer(be *Backend, dtype compute.DType, shape []int, n int) *buffer {
 		b.bytes = []byte{}
 	}
 	return b
+}
+
+// Adopt implements compute.HostAdopter: the buffer is b itself, viewed as
+// float32s, for the F32 tensors the worker reads (small inputs arrive
+// inside the storage layer's header read). b must be 4-byte aligned and
+// hold exactly the shape's bytes; the kernels only read inputs, so the
+// memory is never written.
+func (be *Backend) Adopt(dtype compute.DType, shape []int, b []byte, release func()) (compute.Buffer, bool) {
+	n := compute.NumElements(shape)
+	if dtype != compute.F32 || release == nil || n <= 0 || n > compute.MaxElements || len(b) != 4*n ||
+		uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
+		return nil, false
+	}
+	return &buffer{be: be, dtype: dtype, shape: slices.Clone(shape), n: n,
+		words: unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n), bytes: b, adopted: release}, true
 }
