@@ -648,16 +648,12 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 	})
 	srv := asynq.NewServer(rc, asynq.Config{Concurrency: concurrency, Queues: map[string]int{queue: 1},
 		RetryDelayFunc: jobs.RetryDelay(time.Second, 5*time.Minute), LogLevel: asynq.WarnLevel})
+	stopProfile := func() {}
 	if res.CPUProfile != "" {
-		f, err := os.Create(res.CPUProfile)
-		if err != nil {
+		if stopProfile, err = startCPUProfile(res.CPUProfile); err != nil {
 			return res, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	if err := srv.Start(mux); err != nil {
 		return res, fmt.Errorf("e2e: start asynq server: %w", err)
@@ -671,9 +667,7 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 	cpuUsed := cpuTime() - cpu0
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
-	if res.CPUProfile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	srv.Shutdown()
 	if err := bat.Close(ctx); err != nil {
 		return res, err

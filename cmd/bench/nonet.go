@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,19 +231,15 @@ func benchNoNetwork(ctx context.Context, n, concurrency int, profPath string) (n
 	if err := rig.run(ctx, 2*noNetDistinct, concurrency); err != nil { // warm the pools
 		return res, err
 	}
-	f, err := os.Create(profPath)
-	if err != nil {
-		return res, err
-	}
-	defer f.Close()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	cpu0 := cpuTime()
-	if err := pprof.StartCPUProfile(f); err != nil {
+	stop, err := startCPUProfile(profPath)
+	if err != nil {
 		return res, err
 	}
 	err = rig.run(ctx, n, concurrency)
-	pprof.StopCPUProfile()
+	stop()
 	res.CPUPerJob = (cpuTime() - cpu0) / time.Duration(n)
 	runtime.ReadMemStats(&ms1)
 	res.Allocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(n)

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // overheadMethod explains analyzeCPUProfile in the report.
@@ -321,4 +323,25 @@ func readProfile(path string) ([]sample, error) {
 		out = append(out, sample{stack: st, ns: s.vals[len(s.vals)-1]})
 	}
 	return out, nil
+}
+
+// startCPUProfile starts runtime/pprof's CPU profile into a new file at
+// path. stop ends it and closes the file; it may be called more than once
+// (a deferred call after an explicit one is a no-op).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
 }

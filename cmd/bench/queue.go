@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,16 +109,13 @@ func benchQueue(ctx context.Context, redisAddr string, tasks, concurrency int, p
 		}
 		return nil
 	})
+	stopProfile := func() {}
 	if profPath != "" {
-		f, err := os.Create(profPath)
-		if err != nil {
+		var err error
+		if stopProfile, err = startCPUProfile(profPath); err != nil {
 			return res, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	if err := srv.Start(mux); err != nil {
 		return res, fmt.Errorf("queue ceiling: start asynq server: %w", err)
@@ -132,7 +127,7 @@ func benchQueue(ctx context.Context, redisAddr string, tasks, concurrency int, p
 		return res, fmt.Errorf("queue ceiling: %d of %d tasks done: %w", done.Load(), tasks, ctx.Err())
 	}
 	if profPath != "" {
-		pprof.StopCPUProfile()
+		stopProfile()
 		sp, err := analyzeCPUProfile(profPath, tasks)
 		if err != nil {
 			return res, err
