@@ -1,15 +1,23 @@
 package cuda
 
 import (
-	"context"
+	"bufio"
+	"bytes"
+	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
 
-// emuTimeout bounds the CPU run of the kernels.
-const emuTimeout = 5 * time.Minute
+// emuStall bounds how long the CPU run of the kernels may go without
+// finishing a case (each prints a line as it ends: a few seconds alone,
+// under a minute on a loaded 2-core CI machine). A kernel bug can deadlock
+// the shim's barriers; the watchdog kills the run then. A deadline on the
+// whole run (5 minutes, until 2026-12-03) failed a clean CI run whose
+// loaded machine took 309 s for a run that takes 98 s alone.
+const emuStall = 3 * time.Minute
 
 // TestKernelsOnCPU compiles shaders/rms_norm_backward.cu as C++ with g++
 // against a small shim (testdata/kernel_emu.cpp: real barriers, warp
@@ -37,17 +45,78 @@ func TestKernelsOnCPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("g++: %v\n%s", err, out)
 	}
-	// A kernel bug can deadlock the shim's barriers: a deadline kills the
-	// run rather than leave it spinning past the test (it takes about a
-	// minute on 2 cores).
-	ctx, cancel := context.WithTimeout(context.Background(), emuTimeout)
-	defer cancel()
-	out, err = exec.CommandContext(ctx, bin).CombinedOutput()
+	out, err = runWatched(emuStall, bin)
 	t.Logf("\n%s", out)
-	if ctx.Err() != nil {
-		t.Fatalf("kernels on the CPU: no result after %v (a deadlock at a barrier, or an endless loop), killed", emuTimeout)
-	}
 	if err != nil {
 		t.Fatalf("kernels on the CPU: %v", err)
+	}
+}
+
+// runWatched runs name with args and returns its stdout and then its
+// stderr; it kills the process when stall passes without a new line on
+// its stdout.
+func runWatched(stall time.Duration, name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(name, args...)
+	// After a kill, children that still hold the pipes (a shell's) must
+	// not keep Wait waiting.
+	cmd.WaitDelay = time.Second
+	var out, errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := make(chan []byte)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- append(append([]byte(nil), sc.Bytes()...), '\n')
+		}
+	}()
+	timer := time.NewTimer(stall)
+	defer timer.Stop()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				err := cmd.Wait()
+				out.Write(errOut.Bytes())
+				return out.Bytes(), err
+			}
+			out.Write(l)
+			timer.Reset(stall)
+		case <-timer.C:
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait() // closes stdout, which ends the reader
+			for l := range lines {
+				out.Write(l)
+			}
+			out.Write(errOut.Bytes())
+			return out.Bytes(), fmt.Errorf("no case finished for %v (a deadlock at a barrier, or an endless loop): killed", stall)
+		}
+	}
+}
+
+// TestRunWatched: the watchdog kills a process that stops printing, keeps
+// what it printed, and leaves one that keeps printing alone.
+func TestRunWatched(t *testing.T) {
+	start := time.Now()
+	out, err := runWatched(300*time.Millisecond, "sh", "-c", "echo one; sleep 0.1; echo two; sleep 30")
+	if err == nil || !strings.Contains(err.Error(), "killed") || string(out) != "one\ntwo\n" {
+		t.Fatalf("stalled process: %q, %v", out, err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the stalled process was killed after %v", d)
+	}
+	out, err = runWatched(2*time.Second, "sh", "-c", "for i in 1 2 3 4 5; do echo $i; sleep 0.2; done; echo oops >&2")
+	if err != nil || string(out) != "1\n2\n3\n4\n5\noops\n" {
+		t.Fatalf("steady process: %q, %v", out, err)
+	}
+	if _, err := runWatched(2*time.Second, "sh", "-c", "echo x; exit 3"); err == nil {
+		t.Fatal("a failing process reported no error")
 	}
 }

@@ -129,6 +129,7 @@ int main(){
     bool ok = same && maxe<1e-5 && maxw<1e-2;
     if(!ok) fails++;
     printf("%5dx%-5d gmax %3d fused(regs)==fused(smem)==apart:%d r_relerr %.2g dw_abserr %.2g %s\n", rows, dim, c.gmax, same, maxe, maxw, ok?"ok":"FAIL");
+    fflush(stdout); // a line per case as it ends: the Go test's progress watchdog reads them
   }
   return fails?1:0;
 }
