@@ -61,11 +61,12 @@ func putProbe(bp *[]byte) {
 }
 
 // inlined is a tensor's bytes inside a pooled probe buffer. Exactly one
-// Fetch takes them (copies them out and returns the buffer); a later or
-// concurrent Fetch of the same TensorInfo reads the object instead, so a
-// returned buffer is never read again (only the Fetch that won taken
-// touches data and buf). A TensorInfo never fetched leaves
-// its buffer to the garbage collector.
+// caller takes them (take: a Fetch that copies them out and returns the
+// buffer, or TakeInline, whose caller returns it); a later or concurrent
+// Fetch of the same TensorInfo reads the object instead, so a returned
+// buffer is never read again (only the winner of taken touches data and
+// buf). A TensorInfo never fetched leaves its buffer to the garbage
+// collector.
 type inlined struct {
 	taken atomic.Bool
 	data  []byte
@@ -236,13 +237,22 @@ func (t TensorInfo) Inline() bool { return t.inline != nil && !t.inline.taken.Lo
 // ok is false when t has no such bytes or they were taken already (by
 // TakeInline or Fetch); Fetch then reads the tensor as usual.
 func (t TensorInfo) TakeInline() (data []byte, release func(), ok bool) {
+	data, buf, ok := t.take()
+	if !ok {
+		return nil, nil, false
+	}
+	return data, func() { putProbe(buf) }, true
+}
+
+// take claims t's held bytes and the pooled buffer behind them, once.
+func (t TensorInfo) take() ([]byte, *[]byte, bool) {
 	in := t.inline
 	if in == nil || !in.taken.CompareAndSwap(false, true) {
 		return nil, nil, false
 	}
-	data, buf := in.data, in.buf
+	data := in.data
 	in.data = nil
-	return data, func() { putProbe(buf) }, true
+	return data, in.buf, true
 }
 
 func supported(dtype string) bool {
@@ -352,10 +362,9 @@ func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
 	if t.Size == 0 {
 		return nil
 	}
-	if in := t.inline; in != nil && in.taken.CompareAndSwap(false, true) {
-		copy(dst, in.data) // len(in.data) == t.Size == len(dst), set by Head
-		in.data = nil
-		putProbe(in.buf)
+	if data, buf, ok := t.take(); ok {
+		copy(dst, data) // len(data) == t.Size == len(dst), set by Head
+		putProbe(buf)
 		return nil
 	}
 	if sr, ok := s.(SizedReader); ok && t.ObjectSize > 0 {
@@ -386,12 +395,11 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	for _, t := range ts {
 		data += int64(len(t.Data))
 	}
-	digest := func(t OutTensor) string {
+	digest := func(t OutTensor) {
 		sum := sha256.Sum256(t.Data)
 		h := hex.EncodeToString(sum[:])
 		res.SHA256[t.Name] = h
 		all[SHA256Key(t.Name)] = h
-		return h
 	}
 	var body *Segments
 	if data <= inlineHashMax {

@@ -194,7 +194,6 @@ func (r *noNetRig) close(ctx context.Context) {
 
 // noNetResult is benchNoNetwork's measurement.
 type noNetResult struct {
-	Jobs      int
 	CPUPerJob time.Duration // process user+sys CPU per job
 	Allocs    float64       // heap allocations per job
 	Split     map[string]float64
@@ -222,7 +221,7 @@ func noNetCategory(stack []string) string {
 // benchNoNetwork runs n small jobs through noNetRig on concurrency
 // goroutines under pprof (written to profPath) and splits the CPU.
 func benchNoNetwork(ctx context.Context, n, concurrency int, profPath string) (noNetResult, error) {
-	res := noNetResult{Jobs: n, Split: map[string]float64{}}
+	res := noNetResult{Split: map[string]float64{}}
 	rig, err := newNoNetRig(ctx)
 	if err != nil {
 		return res, err
