@@ -89,7 +89,8 @@ type Router struct {
 	mu        sync.RWMutex
 	stores    map[string]Store
 	cache     *headerCache
-	maxHeader int64 // 0: the format's cap, safetensors.MaxHeaderSize
+	flights   *flights // nil: WithSharedReads(false)
+	maxHeader int64    // 0: the format's cap, safetensors.MaxHeaderSize
 }
 
 // WithMaxHeaderBytes caps the JSON header length Head accepts below the
@@ -120,7 +121,7 @@ func WithHeaderCache(n int) Option {
 
 // NewRouter returns a Router with no stores; Register adds them.
 func NewRouter(opts ...Option) *Router {
-	r := &Router{stores: map[string]Store{}, cache: newHeaderCache(64)}
+	r := &Router{stores: map[string]Store{}, cache: newHeaderCache(64), flights: &flights{m: map[string]*flight{}}}
 	for _, o := range opts {
 		o(r)
 	}
@@ -271,9 +272,6 @@ func supported(dtype string) bool {
 // error.
 func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Header, string, []byte, *[]byte, error) {
 	key := ref.Object().String()
-	var info ObjectInfo
-	var probe []byte
-	var buf *[]byte
 	// An object seen before and larger than the probe costs a HEAD to
 	// validate its cached header; any other object one GET of its first
 	// 64 KiB (the whole object when it is small), when the store can.
@@ -284,6 +282,27 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 			probeLen = 0
 		}
 	}
+	if _, ok := s.(PrefixReader); !ok || probeLen < safetensors.PrefixSize || r.flights == nil {
+		return r.readHeader(ctx, s, ref, key, probeLen)
+	}
+	// Heads of one object that overlap (the w that every job of a layer
+	// shares) share one read: see flights.
+	f, leader := r.flights.join(key)
+	if !leader {
+		return r.follow(ctx, f, s, ref, key, probeLen)
+	}
+	h, etag, probe, buf, err := r.readHeader(ctx, s, ref, key, probeLen)
+	r.flights.finish(key, f, h, etag, probe, err)
+	return h, etag, probe, buf, err
+}
+
+// readHeader is header without sharing: it reads the object's start (or
+// Stats it when probeLen is 0 or the store cannot read a prefix) and parses
+// or looks up its header.
+func (r *Router) readHeader(ctx context.Context, s Store, ref Ref, key string, probeLen int64) (*safetensors.Header, string, []byte, *[]byte, error) {
+	var info ObjectInfo
+	var probe []byte
+	var buf *[]byte
 	if pr, ok := s.(PrefixReader); ok && probeLen >= safetensors.PrefixSize {
 		buf, probe = getProbe(probeLen)
 		n, i, err := pr.ReadPrefix(ctx, ref, probe)

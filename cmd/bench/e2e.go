@@ -45,6 +45,7 @@ type e2eResult struct {
 	// In-process runs only: heap allocations per job and the profiles.
 	AllocsPerJob float64
 	BytesPerJob  float64
+	SharedReads  float64 // header reads per job served by another job's read in flight (storage.Router.SharedReads)
 	CPUProfile   string
 	AllocProfile string
 }
@@ -323,7 +324,7 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 		_ = os.RemoveAll(filepath.Join(o.out, fmt.Sprintf("run%d", i)))
 	}
 	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("%s, in process (same wiring, pprof on; %d jobs over %d jobs' inputs; the median-overhead run)", small.Name, ps.Jobs, ps.staged()),
-		Figure:  prof.figure() + fmt.Sprintf(", %.0f allocs/job, %.0f KiB allocated/job", prof.AllocsPerJob, prof.BytesPerJob/1024),
+		Figure:  prof.figure() + fmt.Sprintf(", %.0f allocs/job, %.0f KiB allocated/job, %.2f shared reads/job", prof.AllocsPerJob, prof.BytesPerJob/1024, prof.SharedReads),
 		Ceiling: "(bin/worker row above)"})
 	us := ov.OverheadPerJob()
 	r := row{Section: "e2e", What: fmt.Sprintf("%s: worker overhead per job (pprof: all samples minus network and compute; runs: %s us)", small.Name, strings.Join(all, ", ")),
@@ -676,6 +677,7 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 		return res, fmt.Errorf("e2e %s: %d of %d jobs failed, first: %v", s.Name, n, s.Jobs, firstErr.Load())
 	}
 	res.AllocsPerJob = float64(ms1.Mallocs-ms0.Mallocs) / float64(s.Jobs)
+	res.SharedReads = float64(store.r.SharedReads()) / float64(s.Jobs)
 	res.BytesPerJob = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(s.Jobs)
 	if res.AllocProfile != "" {
 		f, err := os.Create(res.AllocProfile)

@@ -74,6 +74,10 @@ type RedisConfig struct {
 type StorageConfig struct {
 	FileRoot string   `yaml:"file_root"` // file:// URIs must lie under it; "" disables file://
 	S3       S3Config `yaml:"s3"`
+	// DisableSharedReads makes every job read its inputs' objects itself,
+	// even when another job is reading the same object at that moment
+	// (storage.WithSharedReads): for inputs overwritten while jobs run.
+	DisableSharedReads bool `yaml:"disable_shared_reads"`
 }
 
 // S3Config is the S3 store; keys come from the environment or key files.

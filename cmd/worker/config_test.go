@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -158,5 +159,31 @@ func TestConfigS3DisableFastPath(t *testing.T) {
 	_, _, err = loadConfig([]string{"--config", writeFile(t, "w.yaml", "storage:\n  s3:\n    disable_fast_path: maybe\n")}, env(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "maybe") {
 		t.Errorf("disable_fast_path: maybe: error %v does not name the value", err)
+	}
+}
+
+// TestConfigSharedReads: storage.disable_shared_reads is off by default
+// (also in the shipped file) and, when set, reaches the router.
+func TestConfigSharedReads(t *testing.T) {
+	for _, args := range [][]string{nil, {"--config", "../../configs/worker.yaml"}} {
+		cfg, _, err := loadConfig(args, env(nil), io.Discard)
+		if err != nil || cfg.Storage.DisableSharedReads {
+			t.Errorf("%v: disable_shared_reads %v, %v; want false", args, cfg.Storage.DisableSharedReads, err)
+		}
+	}
+	file := writeFile(t, "w.yaml", "storage:\n  disable_shared_reads: true\n  file_root: "+t.TempDir()+"\n")
+	cfg, _, err := loadConfig([]string{"--config", file}, env(nil), io.Discard)
+	if err != nil || !cfg.Storage.DisableSharedReads {
+		t.Fatalf("disable_shared_reads: true read as %v, %v", cfg.Storage.DisableSharedReads, err)
+	}
+	for _, off := range []bool{false, true} {
+		cfg.Storage.DisableSharedReads = off
+		rs, err := openStore(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rs.r.SharesReads(); got == off {
+			t.Errorf("disable_shared_reads %v: router shares reads: %v", off, got)
+		}
 	}
 }

@@ -78,6 +78,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := jobs.NewMetrics(reg)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "rmsgrad_storage_shared_reads_total",
+		Help: "Header reads of an object served by another job's read of it in flight (a shared w), instead of a request.",
+	}, func() float64 { return float64(store.r.SharedReads()) }))
 	tbe := newTracedBackend(be, reg, log)
 	batcher := jobs.NewBatcher(tbe, jobs.BatchConfig{MaxJobs: cfg.Batch.MaxJobs, MaxBytes: cfg.Batch.MaxBytes, MaxWait: cfg.Batch.MaxWait}, metrics, log)
 	h, err := jobs.NewHandler(jobs.HandlerConfig{

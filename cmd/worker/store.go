@@ -72,7 +72,8 @@ func (s *routerStore) Ping(ctx context.Context) error {
 // file_root is set, S3 when an endpoint is. No store at all is a config
 // error: the worker could not read a single tensor.
 func openStore(ctx context.Context, cfg Config) (*routerStore, error) {
-	rs := &routerStore{r: storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes))}
+	rs := &routerStore{r: storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes),
+		storage.WithSharedReads(!cfg.Storage.DisableSharedReads))}
 	if root := cfg.Storage.FileRoot; root != "" {
 		fs, err := file.New(root)
 		if err != nil {
