@@ -47,10 +47,20 @@ func (s routerAdapter) Fetch(ctx context.Context, t TensorInfo, dst []byte) erro
 }
 func (s routerAdapter) Write(ctx context.Context, uri string, outs []OutTensor, meta map[string]string) (map[string]string, int64, error) {
 	ts := make([]storage.OutTensor, len(outs))
+	sums := make([][32]byte, len(outs))
 	for i, o := range outs {
 		ts[i] = storage.OutTensor{Name: o.Name, DType: o.DType, Shape: o.Shape, Data: o.Data}
+		if o.SHA256 == nil {
+			sums = nil
+		} else if sums != nil {
+			sums[i] = *o.SHA256
+		}
 	}
-	wr, err := s.r.Write(ctx, uri, ts, meta)
+	var opts []storage.WriteOption
+	if sums != nil {
+		opts = append(opts, storage.WithSHA256(sums))
+	}
+	wr, err := s.r.Write(ctx, uri, ts, meta, opts...)
 	return wr.SHA256, wr.Bytes, err
 }
 func (s routerAdapter) Ping(ctx context.Context) error { return nil }

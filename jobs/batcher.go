@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/internal/sha256x2"
 )
 
 // ErrBatcherClosed is returned by Submit after Close: the worker is shutting
@@ -52,6 +54,69 @@ type Work struct {
 	Rows     int
 	Dim      int
 	Eps      float32
+
+	// sums are the sha256 of DX, DW and R (sumDX, sumDW, sumR), set by
+	// the batcher after the command buffer when the job's outputs are at
+	// most pairHashMax bytes (summed true); see hashOutputs.
+	sums   [3][sha256.Size]byte
+	summed bool
+}
+
+const (
+	sumDX = iota
+	sumDW
+	sumR
+)
+
+// sum returns the batcher's sha256 of output i (sumDX, sumDW, sumR), or
+// nil when it did not hash this job's outputs.
+func (w *Work) sum(i int) *[sha256.Size]byte {
+	if !w.summed {
+		return nil
+	}
+	return &w.sums[i]
+}
+
+// pairHashMax is the most output bytes a job may have for the batcher to
+// hash them (storage.Router.Write hashes larger outputs beside their
+// upload, where the hashing costs no time).
+const pairHashMax = 1 << 20
+
+// hashOutputs computes the sha256 of the outputs of the batch's jobs with
+// small outputs, two messages at a time (internal/sha256x2: 1.6x the rate
+// of one at a time here): each job's dx with the next job's dx, dw with
+// dw, r with r; a job left over pairs its own dx with its dw. A batch's
+// jobs mostly share a shape, so the pairs have equal lengths. It runs on
+// the batcher's goroutine after the command buffer, while every job's
+// buffers are still held by its handler.
+func hashOutputs(ps []*pending) {
+	var small []*Work
+	for _, p := range ps {
+		w := p.w
+		if n := len(bytesOf(w.DX)) + len(bytesOf(w.DW)) + len(bytesOf(w.R)); n <= pairHashMax {
+			small = append(small, w)
+		}
+	}
+	for i := 0; i+1 < len(small); i += 2 {
+		a, b := small[i], small[i+1]
+		a.sums[sumDX], b.sums[sumDX] = sha256x2.Sum2(bytesOf(a.DX), bytesOf(b.DX))
+		a.sums[sumDW], b.sums[sumDW] = sha256x2.Sum2(bytesOf(a.DW), bytesOf(b.DW))
+		a.sums[sumR], b.sums[sumR] = sha256x2.Sum2(bytesOf(a.R), bytesOf(b.R))
+		a.summed, b.summed = true, true
+	}
+	if len(small)%2 == 1 {
+		w := small[len(small)-1]
+		w.sums[sumDX], w.sums[sumDW] = sha256x2.Sum2(bytesOf(w.DX), bytesOf(w.DW))
+		w.sums[sumR] = sha256.Sum256(bytesOf(w.R))
+		w.summed = true
+	}
+}
+
+func bytesOf(b compute.Buffer) []byte {
+	if b == nil {
+		return nil
+	}
+	return b.Bytes()
 }
 
 // Bytes is the size of the job's buffers, what it counts against MaxBytes.
@@ -277,6 +342,7 @@ func (b *Batcher) run(batch []*pending) {
 	b.m.DeviceBusy.Add(t.Device.Seconds())
 	if err == nil {
 		b.m.BatchSize.Observe(float64(len(enc)))
+		hashOutputs(enc)
 		for _, p := range enc {
 			p.done <- batchResult{info: BatchInfo{ID: id, Jobs: len(enc), Device: t.Device, Wait: start.Sub(p.queued)}}
 		}

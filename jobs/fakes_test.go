@@ -144,6 +144,8 @@ type memStore struct {
 	writes  map[string]int
 	allow   []string
 	headErr func(uri string) error
+	// presummed counts outputs written with the batcher's digest.
+	presummed atomic.Int64
 }
 
 func newMemStore(allow ...string) *memStore {
@@ -201,6 +203,13 @@ func (s *memStore) Write(ctx context.Context, uri string, outs []OutTensor, meta
 	cp := make([]OutTensor, len(outs))
 	for i, o := range outs {
 		h := sha256.Sum256(o.Data)
+		if o.SHA256 != nil {
+			// The batcher's digest (hashOutputs) must be the data's.
+			if *o.SHA256 != h {
+				return nil, 0, fmt.Errorf("write %s: the batcher's sha256 of %s is not its data's", uri, o.Name)
+			}
+			s.presummed.Add(1)
+		}
 		sums[o.Name] = hex.EncodeToString(h[:])
 		n += int64(len(o.Data))
 		cp[i] = o

@@ -314,25 +314,25 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	h.stage[StageCompute].Observe(bi.Device.Seconds())
 
 	var outs []OutTensor
-	add := func(name string, b compute.Buffer, shape []int) error {
+	add := func(name string, b compute.Buffer, shape []int, sum int) error {
 		if err := checkFinite(b.Float32s()); err != nil {
 			return jobErr(id, name, j.Out, fmt.Errorf("output (batch %s): %w", bi.ID, err))
 		}
-		outs = append(outs, OutTensor{Name: name, DType: string(compute.F32), Shape: shape, Data: b.Bytes()})
+		outs = append(outs, OutTensor{Name: name, DType: string(compute.F32), Shape: shape, Data: b.Bytes(), SHA256: w.sum(sum)})
 		return nil
 	}
 	if wantDX {
-		if err := add(OutDX, w.DX, slices.Clone(infos[0].Shape)); err != nil {
+		if err := add(OutDX, w.DX, slices.Clone(infos[0].Shape), sumDX); err != nil {
 			return nil, err
 		}
 	}
 	if wantDW {
-		if err := add(OutDW, w.DW, []int{dim}); err != nil {
+		if err := add(OutDW, w.DW, []int{dim}, sumDW); err != nil {
 			return nil, err
 		}
 	}
 	if wantR {
-		if err := add(OutR, w.R, []int{rows}); err != nil {
+		if err := add(OutR, w.R, []int{rows}, sumR); err != nil {
 			return nil, err
 		}
 	}

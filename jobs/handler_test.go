@@ -252,3 +252,50 @@ func TestResultJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchHashesOutputs: the batcher hashes the outputs of a batch's
+// small jobs (two at a time, and a job left over alone) and the store gets
+// digests that are the data's (memStore.Write checks each); a job whose
+// outputs exceed pairHashMax is left to the store to hash.
+func TestBatchHashesOutputs(t *testing.T) {
+	be := &refBackend{}
+	st := newMemStore("mem://ok/")
+	const small = 5
+	b := NewBatcher(be, BatchConfig{MaxJobs: small + 1, MaxWait: 5 * time.Second}, nil, nil)
+	t.Cleanup(func() { b.Close(context.Background()) })
+	h, err := NewHandler(HandlerConfig{Backend: be, Batcher: b, Store: st, Budget: NewBudget(1 << 30), Worker: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		res *Result
+		err error
+	}
+	results := make(chan out, small+1)
+	for i := range small + 1 {
+		shape := []int{3 + i, 40} // different sizes: pairs of unequal lengths too
+		if i == small {
+			shape = []int{300, 1024} // dx 1.2 MB: over pairHashMax
+		}
+		prefix := fmt.Sprintf("mem://ok/j%d", i)
+		putInputs(st, prefix, uint64(i), shape)
+		j := testJob(prefix)
+		j.Outputs = []string{"r", "dx", "dw"}
+		go func() {
+			res, err := h.process(context.Background(), fmt.Sprint("id", i), payload(t, j), nil)
+			results <- out{res, err}
+		}()
+	}
+	for range small + 1 {
+		o := <-results
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if o.res.BatchJobs != small+1 {
+			t.Fatalf("batch of %d jobs, want all %d in one", o.res.BatchJobs, small+1)
+		}
+	}
+	if n := st.presummed.Load(); n != 3*small {
+		t.Fatalf("%d outputs came with the batcher's digest, want %d (3 for each small job, none for the large one)", n, 3*small)
+	}
+}

@@ -23,6 +23,9 @@ type OutTensor struct {
 	DType string
 	Shape []int
 	Data  []byte
+	// SHA256 is the sha256 of Data when the batcher already hashed it
+	// (nil otherwise); a Store that records digests may use it as is.
+	SHA256 *[32]byte
 }
 
 // Store is what the handler needs from storage. storage.Router provides it

@@ -396,7 +396,10 @@ func (r *Router) Fetch(ctx context.Context, t TensorInfo, dst []byte) error {
 // the old object or the whole new one. The sha256 of each tensor's bytes is
 // recorded in __metadata__ under SHA256Key(name), beside meta. Tensor bytes
 // stream from ts[i].Data with a known content length; nothing is copied.
-func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map[string]string) (WriteResult, error) {
+//
+// WithSHA256 hands over digests the caller already has, which Write then
+// records as they are.
+func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map[string]string, opts ...WriteOption) (WriteResult, error) {
 	ref, s, err := r.route("write", uri, true)
 	if err != nil {
 		return WriteResult{}, err
@@ -404,6 +407,14 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	if ref.Name != "" {
 		return WriteResult{}, &Error{Op: "write", URI: ref.String(), Tensor: ref.Name,
 			Err: errorf(ErrInvalidURI, "an output URI names an object, not a tensor: drop #%s", ref.Name)}
+	}
+	var o writeOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.sums != nil && len(o.sums) != len(ts) {
+		return WriteResult{}, &Error{Op: "write", URI: ref.String(),
+			Err: fmt.Errorf("%d precomputed digests for %d tensors", len(o.sums), len(ts))}
 	}
 	res := WriteResult{SHA256: make(map[string]string, len(ts))}
 	all := make(map[string]string, len(meta)+len(ts))
@@ -414,8 +425,13 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	for _, t := range ts {
 		data += int64(len(t.Data))
 	}
-	digest := func(t OutTensor) {
-		sum := sha256.Sum256(t.Data)
+	digest := func(i int, t OutTensor) {
+		var sum [sha256.Size]byte
+		if o.sums != nil {
+			sum = o.sums[i]
+		} else {
+			sum = sha256.Sum256(t.Data)
+		}
 		h := hex.EncodeToString(sum[:])
 		res.SHA256[t.Name] = h
 		all[SHA256Key(t.Name)] = h
@@ -425,8 +441,8 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 		// A small object goes up in one request that starts with the
 		// header: nothing to overlap the hashing with, so hash first and
 		// encode the header once.
-		for _, t := range ts {
-			digest(t)
+		for i, t := range ts {
+			digest(i, t)
 		}
 		hdr, err := safetensors.EncodeHeader(ts, all)
 		if err != nil {
@@ -453,8 +469,8 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 		body.gate, body.gateEnd = make(chan struct{}), int64(len(hdr))
 		go func() {
 			defer close(body.gate)
-			for _, t := range ts {
-				digest(t)
+			for i, t := range ts {
+				digest(i, t)
 			}
 			final, err := safetensors.EncodeHeader(ts, all)
 			if err == nil && len(final) != len(hdr) {
@@ -480,6 +496,21 @@ func (r *Router) Write(ctx context.Context, uri string, ts []OutTensor, meta map
 	}
 	r.cache.drop(ref.Object().String())
 	return res, nil
+}
+
+// WriteOption adjusts one Write.
+type WriteOption func(*writeOpts)
+
+type writeOpts struct {
+	sums [][sha256.Size]byte
+}
+
+// WithSHA256 gives Write the sha256 of each tensor's bytes (sums[i] for
+// ts[i]), computed by the caller, so Write does not hash them again: the
+// worker hashes a batch's outputs two at a time (internal/sha256x2).
+// Write records them as given; a wrong digest is the caller's bug.
+func WithSHA256(sums [][sha256.Size]byte) WriteOption {
+	return func(o *writeOpts) { o.sums = sums }
 }
 
 // inlineHashMax is the most tensor bytes Write hashes before handing the

@@ -3,7 +3,10 @@ package storage_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -249,5 +252,47 @@ func TestTakeInline(t *testing.T) {
 	got := make([]byte, info.Size)
 	if err := r.Fetch(ctx, info, got); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("Fetch after TakeInline: %v, equal %v", err, bytes.Equal(got, want))
+	}
+}
+
+// TestWriteWithSHA256: digests handed to Write are recorded as given (in
+// the result and the header), both for a small object (hashed before the
+// upload) and a large one (hashed beside it), and a count that does not
+// match the tensors is an error that writes nothing.
+func TestWriteWithSHA256(t *testing.T) {
+	ctx := context.Background()
+	r, dir := fileRouter(t)
+	for _, n := range []int{16, 300 << 10} { // 64 B and 1.2 MB of data
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i % 97)
+		}
+		ts := []storage.OutTensor{safetensors.F32("a", []int{n}, v), safetensors.F32("b", []int{n / 2}, v[:n/2])}
+		uri := fmt.Sprintf("file://%s/sums-%d.safetensors", dir, n)
+		plain, err := r.Write(ctx, uri, ts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		given := [][sha256.Size]byte{sha256.Sum256(ts[0].Data), {1, 2, 3}} // the second deliberately not b's
+		wr, err := r.Write(ctx, uri, ts, nil, storage.WithSHA256(given))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wr.SHA256["a"] != plain.SHA256["a"] || wr.SHA256["b"] != hex.EncodeToString(given[1][:]) || wr.Bytes != plain.Bytes {
+			t.Fatalf("%d: result %v, want a's real digest and b's given one", n, wr.SHA256)
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("sums-%d.safetensors", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(raw, []byte(hex.EncodeToString(given[1][:]))) {
+			t.Fatalf("%d: the header does not record the given digest", n)
+		}
+		if _, err := r.Write(ctx, uri+"x", ts, nil, storage.WithSHA256(given[:1])); err == nil {
+			t.Fatalf("%d: one digest for two tensors accepted", n)
+		}
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("sums-%d.safetensorsx", n))); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%d: a refused Write left an object: %v", n, err)
+		}
 	}
 }

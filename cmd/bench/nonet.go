@@ -116,7 +116,7 @@ func newNoNetRig(ctx context.Context) (*noNetRig, error) {
 	r := &noNetRig{mem: &memObjects{objs: map[string]memObject{}}}
 	router := storage.NewRouter()
 	router.Register("s3", r.mem)
-	rs := routerStore{r: router}
+	rs := newRouterStoreOf(router)
 	const rows, dim = 8, 1024
 	w := make([]float32, dim)
 	fill(w, 2)

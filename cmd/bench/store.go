@@ -5,57 +5,26 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rmsgrad/rmsgrad/internal/jobstore"
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage"
 	"github.com/rmsgrad/rmsgrad/storage/s3"
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
 
-// routerStore adapts *storage.Router to jobs.Store exactly as the worker
-// does (cmd/worker/store.go, which lives in package main and so cannot be
-// imported): the in-process profile run uses the same router, S3 store and
-// adapter as bin/worker, so its profile is the product's.
-type routerStore struct{ r *storage.Router }
+// routerStore is the worker's adapter (internal/jobstore, which
+// cmd/worker uses too) with a Ping of the bench bucket: the in-process
+// profile run uses the same router, S3 store and adapter as bin/worker, so
+// its profile is the product's.
+type routerStore struct {
+	jobstore.Store
+	r *storage.Router
+}
 
 var _ jobs.Store = routerStore{}
 
-func (s routerStore) Check(uri string, write bool) error { return s.r.Check(uri, write) }
-
-func (s routerStore) Head(ctx context.Context, uri string) (jobs.TensorInfo, error) {
-	t, err := s.r.Head(ctx, uri)
-	if err != nil {
-		return jobs.TensorInfo{}, err
-	}
-	return jobs.TensorInfo{URI: uri, DType: t.DType, Shape: t.Shape, Size: t.Size, Local: t.Inline(), Handle: t}, nil
-}
-
-func (s routerStore) Fetch(ctx context.Context, t jobs.TensorInfo, dst []byte) error {
-	ti, ok := t.Handle.(storage.TensorInfo)
-	if !ok {
-		return fmt.Errorf("fetch %s: tensor info did not come from this store", t.URI)
-	}
-	return s.r.Fetch(ctx, ti, dst)
-}
-
-// TakeInline implements jobs.InlineTaker.
-func (s routerStore) TakeInline(t jobs.TensorInfo) ([]byte, func(), bool) {
-	ti, ok := t.Handle.(storage.TensorInfo)
-	if !ok {
-		return nil, nil, false
-	}
-	return ti.TakeInline()
-}
-
-func (s routerStore) Write(ctx context.Context, uri string, outs []jobs.OutTensor, meta map[string]string) (map[string]string, int64, error) {
-	ts := make([]storage.OutTensor, len(outs))
-	for i, o := range outs {
-		ts[i] = storage.OutTensor{Name: o.Name, DType: o.DType, Shape: o.Shape, Data: o.Data}
-	}
-	wr, err := s.r.Write(ctx, uri, ts, meta)
-	if err != nil {
-		return nil, 0, err
-	}
-	return wr.SHA256, wr.Bytes, nil
+func newRouterStoreOf(r *storage.Router) routerStore {
+	return routerStore{Store: jobstore.Store{R: r}, r: r}
 }
 
 func (s routerStore) Ping(ctx context.Context) error {
@@ -78,7 +47,7 @@ func newRouterStore(ctx context.Context, e *env) (routerStore, error) {
 	}
 	r := storage.NewRouter()
 	r.Register("s3", st)
-	return routerStore{r: r}, nil
+	return newRouterStoreOf(r), nil
 }
 
 // putTensor stores one F32 tensor as a safetensors object named "t" through

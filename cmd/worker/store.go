@@ -6,55 +6,17 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/rmsgrad/rmsgrad/jobs"
+	"github.com/rmsgrad/rmsgrad/internal/jobstore"
 	"github.com/rmsgrad/rmsgrad/storage"
 	"github.com/rmsgrad/rmsgrad/storage/file"
 )
 
-// routerStore adapts *storage.Router to the jobs.Store the handler needs.
+// routerStore is the worker's jobs.Store: the router behind the shared
+// adapter, with a Ping over the stores configured.
 type routerStore struct {
-	r       *storage.Router
-	schemes []string
-	pings   []func(context.Context) error
-}
-
-func (s *routerStore) Check(uri string, write bool) error { return s.r.Check(uri, write) }
-
-func (s *routerStore) Head(ctx context.Context, uri string) (jobs.TensorInfo, error) {
-	t, err := s.r.Head(ctx, uri)
-	if err != nil {
-		return jobs.TensorInfo{}, err
-	}
-	return jobs.TensorInfo{URI: uri, DType: t.DType, Shape: t.Shape, Size: t.Size, Local: t.Inline(), Handle: t}, nil
-}
-
-func (s *routerStore) Fetch(ctx context.Context, t jobs.TensorInfo, dst []byte) error {
-	ti, ok := t.Handle.(storage.TensorInfo)
-	if !ok {
-		return fmt.Errorf("fetch %s: tensor info did not come from this store", t.URI)
-	}
-	return s.r.Fetch(ctx, ti, dst)
-}
-
-// TakeInline implements jobs.InlineTaker.
-func (s *routerStore) TakeInline(t jobs.TensorInfo) ([]byte, func(), bool) {
-	ti, ok := t.Handle.(storage.TensorInfo)
-	if !ok {
-		return nil, nil, false
-	}
-	return ti.TakeInline()
-}
-
-func (s *routerStore) Write(ctx context.Context, uri string, outs []jobs.OutTensor, meta map[string]string) (map[string]string, int64, error) {
-	ts := make([]storage.OutTensor, len(outs))
-	for i, o := range outs {
-		ts[i] = storage.OutTensor{Name: o.Name, DType: o.DType, Shape: o.Shape, Data: o.Data}
-	}
-	wr, err := s.r.Write(ctx, uri, ts, meta)
-	if err != nil {
-		return nil, 0, err
-	}
-	return wr.SHA256, wr.Bytes, nil
+	jobstore.Store
+	r     *storage.Router
+	pings []func(context.Context) error
 }
 
 // Ping checks each configured store answers: a missing object is an answer.
@@ -72,8 +34,9 @@ func (s *routerStore) Ping(ctx context.Context) error {
 // file_root is set, S3 when an endpoint is. No store at all is a config
 // error: the worker could not read a single tensor.
 func openStore(ctx context.Context, cfg Config) (*routerStore, error) {
-	rs := &routerStore{r: storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes),
-		storage.WithSharedReads(!cfg.Storage.DisableSharedReads))}
+	r := storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes),
+		storage.WithSharedReads(!cfg.Storage.DisableSharedReads))
+	rs := &routerStore{Store: jobstore.Store{R: r}, r: r}
 	if root := cfg.Storage.FileRoot; root != "" {
 		fs, err := file.New(root)
 		if err != nil {
