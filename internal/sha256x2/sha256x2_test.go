@@ -1,8 +1,11 @@
 package sha256x2
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -79,5 +82,28 @@ func TestSum2Allocs(t *testing.T) {
 	a, b := make([]byte, 32<<10), make([]byte, 4<<10+70)
 	if n := testing.AllocsPerRun(100, func() { Sum2(a, b) }); n != 0 {
 		t.Errorf("Sum2 allocates %v times a call", n)
+	}
+}
+
+// TestGenerated: block_amd64.s is what gen.py writes (skipped without
+// python3).
+func TestGenerated(t *testing.T) {
+	py := os.Getenv("RMSGRAD_PYTHON")
+	if py == "" {
+		py = "python3"
+	}
+	if _, err := exec.LookPath(py); err != nil {
+		t.Skip("no python3: ", err)
+	}
+	want, err := exec.Command(py, "gen.py").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("block_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("block_amd64.s differs from gen.py's output: run go generate ./internal/sha256x2")
 	}
 }
