@@ -31,8 +31,8 @@ type flights struct {
 }
 
 type flight struct {
-	done    chan struct{}
-	waiters int // under flights.mu; fixed once the flight leaves the map
+	done    chan struct{} // made by the first waiter (under flights.mu), closed by finish
+	waiters int           // under flights.mu; fixed once the flight leaves the map
 
 	// Set before done is closed; read-only after.
 	h    *safetensors.Header
@@ -64,16 +64,19 @@ func (r *Router) SharedReads() int64 {
 
 // join returns the flight of key: the caller's own new one (leader true),
 // which it must finish, or one already in flight to wait for.
-func (fs *flights) join(key string) (*flight, bool) {
+func (fs *flights) join(key string) (f *flight, done <-chan struct{}, leader bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if f, ok := fs.m[key]; ok {
+		if f.done == nil { // most reads finish alone: no channel for them
+			f.done = make(chan struct{})
+		}
 		f.waiters++
-		return f, false
+		return f, f.done, false
 	}
-	f := &flight{done: make(chan struct{})}
+	f = &flight{}
 	fs.m[key] = f
-	return f, true
+	return f, nil, true
 }
 
 // finish ends the leader's flight with its result. Heads that join after
@@ -81,15 +84,18 @@ func (fs *flights) join(key string) (*flight, bool) {
 func (fs *flights) finish(key string, f *flight, h *safetensors.Header, etag string, probe []byte, err error) {
 	fs.mu.Lock()
 	delete(fs.m, key)
-	waiters := f.waiters
+	waiters, done := f.waiters, f.done
 	fs.mu.Unlock()
-	if err == nil && waiters > 0 {
+	if waiters == 0 {
+		return
+	}
+	if err == nil {
 		// The leader's probe goes back to the pool when its job ends, which
 		// may be before a waiter runs: the waiters copy from their own.
 		f.data = bytes.Clone(probe)
 	}
 	f.h, f.etag, f.err = h, etag, err
-	close(f.done)
+	close(done)
 }
 
 // waiting reports how many Heads wait for key's read in flight (tests).
@@ -105,9 +111,9 @@ func (fs *flights) waiting(key string) int {
 // follow waits for f and returns its result as header would: the prefix in
 // a pooled buffer of the caller's own. If f failed, it reads the object
 // itself.
-func (r *Router) follow(ctx context.Context, f *flight, s Store, ref Ref, key string, probeLen int64) (*safetensors.Header, string, []byte, *[]byte, error) {
+func (r *Router) follow(ctx context.Context, f *flight, done <-chan struct{}, s Store, ref Ref, key string, probeLen int64) (*safetensors.Header, string, []byte, *[]byte, error) {
 	select {
-	case <-f.done:
+	case <-done:
 	case <-ctx.Done():
 		return nil, "", nil, nil, context.Cause(ctx)
 	}

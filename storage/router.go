@@ -287,9 +287,9 @@ func (r *Router) header(ctx context.Context, s Store, ref Ref) (*safetensors.Hea
 	}
 	// Heads of one object that overlap (the w that every job of a layer
 	// shares) share one read: see flights.
-	f, leader := r.flights.join(key)
+	f, done, leader := r.flights.join(key)
 	if !leader {
-		return r.follow(ctx, f, s, ref, key, probeLen)
+		return r.follow(ctx, f, done, s, ref, key, probeLen)
 	}
 	h, etag, probe, buf, err := r.readHeader(ctx, s, ref, key, probeLen)
 	r.flights.finish(key, f, h, etag, probe, err)

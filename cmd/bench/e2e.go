@@ -346,6 +346,19 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 	rows = append(rows, row{Section: "e2e", What: "queue floor: asynq no-op handler, CPU per task outside the network (pprof, same split)",
 		Figure:  fmt.Sprintf("%.0f us (asynq %.0f + Go runtime %.0f + other %.0f; network %.0f)", fl.OverheadPerJob(), fl.us(fl.Asynq), fl.us(fl.Runtime), fl.us(fl.Other+fl.Rmsgrad), fl.us(fl.Network)),
 		Ceiling: "(part of the overhead row; no handler can remove it)"})
+	iof, err := runInProcessWith(ctx, e, base, ps, o.profMaxJobs, o.concurrency, o.out, true)
+	if err != nil {
+		return rows, notes, err
+	}
+	_ = os.Remove(iof.AllocProfile)
+	iosp, err := analyzeCPUProfile(iof.CPUProfile, iof.Jobs)
+	if err != nil {
+		return rows, notes, err
+	}
+	rows = append(rows, row{Section: "e2e", What: "I/O floor: a handler that only makes a small job's requests (3 header reads, the output's PUT, the result write) on the worker's store, same split",
+		Figure: fmt.Sprintf("%.0f us (asynq %.0f + Go runtime %.0f + rmsgrad's storage code %.0f + other %.0f; network %.0f); %.0f us CPU/job in all",
+			iosp.OverheadPerJob(), iosp.us(iosp.Asynq), iosp.us(iosp.Runtime), iosp.us(iosp.Rmsgrad), iosp.us(iosp.Other), iosp.us(iosp.Network), float64(iof.CPUPerJob.Nanoseconds())/1e3),
+		Ceiling: "(part of the overhead row: what the job's network waits cost outside the network frames)"})
 	nn, err := benchNoNetwork(ctx, o.scaled(20000), o.concurrency, filepath.Join(o.out, "worker-nonet.cpu.prof"))
 	if err != nil {
 		return rows, notes, err
@@ -588,6 +601,13 @@ func (t *syncTail) String() string {
 // worker's cost, the terminal is not). With profDir it writes a CPU profile
 // and an allocation profile of the run there.
 func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, concurrency int, profDir string) (e2eResult, error) {
+	return runInProcessWith(ctx, e, base, s, maxJobs, concurrency, profDir, false)
+}
+
+// runInProcessWith is runInProcess; with ioOnly the tasks go to an ioOnly
+// handler instead of the worker's (the profile files are named
+// "ioonly-<shape>").
+func runInProcessWith(ctx context.Context, e *env, base string, s shape, maxJobs, concurrency int, profDir string, ioOnlyRun bool) (e2eResult, error) {
 	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs, Mode: "in process"}
 	// A store of its own, as a worker process has.
 	store, err := newRouterStore(ctx, e)
@@ -609,6 +629,10 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 	if err != nil {
 		return res, err
 	}
+	var ioh *ioOnly
+	if ioOnlyRun {
+		ioh = newIOOnly(store, s)
+	}
 	var (
 		done, failed atomic.Int64
 		firstErr     atomic.Value
@@ -626,8 +650,12 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 		if err := os.MkdirAll(profDir, 0o755); err != nil {
 			return res, err
 		}
-		res.CPUProfile = filepath.Join(profDir, "worker-"+s.Name+".cpu.prof")
-		res.AllocProfile = filepath.Join(profDir, "worker-"+s.Name+".allocs.prof")
+		name := "worker-" + s.Name
+		if ioOnlyRun {
+			name = "ioonly-" + s.Name
+		}
+		res.CPUProfile = filepath.Join(profDir, name+".cpu.prof")
+		res.AllocProfile = filepath.Join(profDir, name+".allocs.prof")
 		runtime.GC() // the allocation profile then holds this run's allocations mostly
 	}
 	mux := asynq.NewServeMux()
@@ -636,7 +664,12 @@ func runInProcess(ctx context.Context, e *env, base string, s shape, maxJobs, co
 			runtime.ReadMemStats(&ms0)
 			start, cpu0 = time.Now(), cpuTime()
 		})
-		err := h.ProcessTask(ctx, t)
+		var err error
+		if ioh != nil {
+			err = ioh.ProcessTask(ctx, t)
+		} else {
+			err = h.ProcessTask(ctx, t)
+		}
 		if err != nil {
 			failed.Add(1)
 			firstErr.CompareAndSwap(nil, err)

@@ -205,7 +205,8 @@ type noNetResult struct {
 // the Go runtime under it.
 func noNetCategory(stack []string) string {
 	for _, f := range stack {
-		if strings.HasPrefix(f, "crypto/sha256.") || strings.HasPrefix(f, "crypto/internal/fips140/sha256.") {
+		if strings.HasPrefix(f, "crypto/sha256.") || strings.HasPrefix(f, "crypto/internal/fips140/sha256.") ||
+			strings.HasPrefix(f, "github.com/rmsgrad/rmsgrad/internal/sha256x2.") {
 			return "sha256"
 		}
 		if strings.HasPrefix(f, "main.(*memObjects)") {
