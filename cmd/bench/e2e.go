@@ -297,25 +297,44 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 		res e2eResult
 		ov  profileSplit
 	}
-	var runs []profiled
+	// Each run is followed by an I/O-floor run (ioOnly: the same jobs'
+	// requests and nothing else), so that load drift hits both alike and
+	// each pair gives the worker's overhead above its own requests' floor.
+	var runs, floors []profiled
+	var above []float64
 	for i := range max(1, o.repeat) {
-		prof, err := runInProcess(ctx, e, base, ps, o.profMaxJobs, o.concurrency, filepath.Join(o.out, fmt.Sprintf("run%d", i)))
-		if err != nil {
-			return rows, notes, err
+		var pair [2]profiled
+		for k, ioRun := range []bool{false, true} {
+			dir := filepath.Join(o.out, fmt.Sprintf("run%d", i))
+			prof, err := runInProcessWith(ctx, e, base, ps, o.profMaxJobs, o.concurrency, dir, ioRun)
+			if err != nil {
+				return rows, notes, err
+			}
+			ov, err := analyzeCPUProfile(prof.CPUProfile, prof.Jobs)
+			if err != nil {
+				return rows, notes, err
+			}
+			pair[k] = profiled{prof, ov}
 		}
-		ov, err := analyzeCPUProfile(prof.CPUProfile, prof.Jobs)
-		if err != nil {
-			return rows, notes, err
-		}
-		runs = append(runs, profiled{prof, ov})
+		runs, floors = append(runs, pair[0]), append(floors, pair[1])
+		above = append(above, pair[0].ov.OverheadPerJob()-pair[1].ov.OverheadPerJob())
 	}
-	slices.SortFunc(runs, func(a, b profiled) int { return cmp.Compare(a.ov.OverheadPerJob(), b.ov.OverheadPerJob()) })
+	byOverhead := func(a, b profiled) int { return cmp.Compare(a.ov.OverheadPerJob(), b.ov.OverheadPerJob()) }
+	slices.SortFunc(floors, byOverhead)
+	slices.Sort(above)
+	var allFloors, allAbove []string
+	for i := range floors {
+		allFloors = append(allFloors, fmt.Sprintf("%.0f", floors[i].ov.OverheadPerJob()))
+		allAbove = append(allAbove, fmt.Sprintf("%.0f", above[i]))
+	}
+	iof, iosp := floors[len(floors)/2].res, floors[len(floors)/2].ov
+	slices.SortFunc(runs, byOverhead)
 	var all []string
 	for _, r := range runs {
 		all = append(all, fmt.Sprintf("%.0f", r.ov.OverheadPerJob()))
 	}
 	prof, ov := runs[len(runs)/2].res, runs[len(runs)/2].ov
-	for _, f := range []string{prof.CPUProfile, prof.AllocProfile} {
+	for _, f := range []string{prof.CPUProfile, prof.AllocProfile, iof.CPUProfile} {
 		if err := os.Rename(f, filepath.Join(o.out, filepath.Base(f))); err != nil {
 			return rows, notes, err
 		}
@@ -346,19 +365,12 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 	rows = append(rows, row{Section: "e2e", What: "queue floor: asynq no-op handler, CPU per task outside the network (pprof, same split)",
 		Figure:  fmt.Sprintf("%.0f us (asynq %.0f + Go runtime %.0f + other %.0f; network %.0f)", fl.OverheadPerJob(), fl.us(fl.Asynq), fl.us(fl.Runtime), fl.us(fl.Other+fl.Rmsgrad), fl.us(fl.Network)),
 		Ceiling: "(part of the overhead row; no handler can remove it)"})
-	iof, err := runInProcessWith(ctx, e, base, ps, o.profMaxJobs, o.concurrency, o.out, true)
-	if err != nil {
-		return rows, notes, err
-	}
-	_ = os.Remove(iof.AllocProfile)
-	iosp, err := analyzeCPUProfile(iof.CPUProfile, iof.Jobs)
-	if err != nil {
-		return rows, notes, err
-	}
-	rows = append(rows, row{Section: "e2e", What: "I/O floor: a handler that only makes a small job's requests (3 header reads, the output's PUT, the result write) on the worker's store, same split",
+	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("I/O floor: a handler that only makes a small job's requests (3 header reads, the output's PUT, the result write) on the worker's store, same split, run after each overhead run (runs: %s us; the median run)", strings.Join(allFloors, ", ")),
 		Figure: fmt.Sprintf("%.0f us (asynq %.0f + Go runtime %.0f + rmsgrad's storage code %.0f + other %.0f; network %.0f); %.0f us CPU/job in all",
 			iosp.OverheadPerJob(), iosp.us(iosp.Asynq), iosp.us(iosp.Runtime), iosp.us(iosp.Rmsgrad), iosp.us(iosp.Other), iosp.us(iosp.Network), float64(iof.CPUPerJob.Nanoseconds())/1e3),
-		Ceiling: "(part of the overhead row: what the job's network waits cost outside the network frames)"})
+		Ceiling: "(part of the overhead row: what the job's own requests cost outside the network frames)"})
+	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("small: worker overhead above the I/O floor (each overhead run minus the I/O-floor run after it; pairs: %s us)", strings.Join(allAbove, ", ")),
+		Figure: fmt.Sprintf("%.0f us (median of the pairs)", above[len(above)/2]), Ceiling: "(what the worker's processing adds to its requests' cost)"})
 	nn, err := benchNoNetwork(ctx, o.scaled(20000), o.concurrency, filepath.Join(o.out, "worker-nonet.cpu.prof"))
 	if err != nil {
 		return rows, notes, err
