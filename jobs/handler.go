@@ -8,13 +8,15 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/internal/stackgrow"
 	"github.com/rmsgrad/rmsgrad/storage"
 )
 
@@ -113,6 +115,12 @@ func (h *Handler) Register(mux *asynq.ServeMux) { mux.Handle(TaskType, h) }
 
 // ProcessTask implements asynq.Handler.
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	// asynq runs every task's handler on a fresh goroutine, whose stack
+	// starts small; the job's path grew it two or three times, each growth
+	// copying and walking the frames already on it (runtime.newstack was
+	// 20-25 us per small job in the worker's profile). One growth now,
+	// while the stack is shallow, is one cheap copy.
+	stackgrow.Grow()
 	id, _ := asynq.GetTaskID(ctx)
 	res, err := h.process(ctx, id, t.Payload(), t.ResultWriter())
 	outcome := OutcomeOK
@@ -374,18 +382,73 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 
 // each3 runs f for the three inputs at once, as an errgroup does (the
 // first error cancels the others' context and is returned), with input 0
-// on the calling goroutine: two new goroutines a phase instead of three,
-// and the one whose stack is already grown does a third of the work.
+// on the calling goroutine and inputs 1 and 2 on helper goroutines kept
+// between jobs (helpers), whose stacks have already grown to what a Head
+// or Fetch needs: a fresh goroutine grows its stack twice on the way down
+// to the socket, and each growth copies and walks every frame.
 func each3(ctx context.Context, f func(ctx context.Context, i int) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return f(gctx, 1) })
-	g.Go(func() error { return f(gctx, 2) })
-	err0 := f(gctx, 0)
-	if err0 != nil {
-		// As a g.Go'd function's error would: cancel the others now.
-		g.Go(func() error { return err0 })
+	gctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	fail := func(err error) {
+		once.Do(func() {
+			first = err
+			cancel(err)
+		})
 	}
-	return g.Wait()
+	wg.Add(2)
+	for i := 1; i <= 2; i++ {
+		helperPool.run(func() {
+			defer wg.Done()
+			if err := f(gctx, i); err != nil {
+				fail(err)
+			}
+		})
+	}
+	if err := f(gctx, 0); err != nil {
+		fail(err)
+	}
+	wg.Wait()
+	return first
+}
+
+// helpers runs short functions on goroutines that stay parked between
+// uses instead of exiting, up to max of them; past that, on a fresh
+// goroutine. One pool serves every Handler of the process.
+type helpers struct {
+	work chan func()
+	n    atomic.Int32
+	max  int32
+}
+
+var helperPool = &helpers{work: make(chan func()), max: 256}
+
+func (hp *helpers) run(f func()) {
+	select {
+	case hp.work <- f: // an idle helper took it
+		return
+	default:
+	}
+	if hp.n.Add(1) <= hp.max {
+		go hp.loop(f)
+		return
+	}
+	hp.n.Add(-1)
+	go f()
+}
+
+func (hp *helpers) loop(f func()) {
+	for {
+		// Regrow at once what the GC took back from an idle helper's
+		// stack, before f's frames are on it (a no-op when it is grown).
+		stackgrow.Grow()
+		f()
+		f = <-hp.work
+	}
 }
 
 // adopt returns a buffer that is t's bytes as held by its header read

@@ -7,12 +7,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/rmsgrad/rmsgrad/internal/stackgrow"
 	"github.com/rmsgrad/rmsgrad/storage"
 )
 
@@ -298,4 +303,131 @@ func TestBatchHashesOutputs(t *testing.T) {
 	if n := st.presummed.Load(); n != 3*small {
 		t.Fatalf("%d outputs came with the batcher's digest, want %d (3 for each small job, none for the large one)", n, 3*small)
 	}
+}
+
+// TestEach3: each input runs once; the first error cancels the others'
+// context (with it as the cause) and is returned after all three end; the
+// helpers are reused across calls (at most two busy per call here).
+func TestEach3(t *testing.T) {
+	before := helperPool.n.Load()
+	for range 50 {
+		var calls [3]atomic.Int32
+		if err := each3(context.Background(), func(ctx context.Context, i int) error {
+			calls[i].Add(1)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range calls {
+			if n := calls[i].Load(); n != 1 {
+				t.Fatalf("input %d ran %d times", i, n)
+			}
+		}
+		time.Sleep(time.Millisecond) // the helpers park again
+	}
+	if n := helperPool.n.Load() - before; n > 4 {
+		t.Errorf("%d new helpers for 50 calls one after another: they are not reused", n)
+	}
+	boom := errors.New("input 1 failed")
+	var sawCancel atomic.Int32
+	err := each3(context.Background(), func(ctx context.Context, i int) error {
+		if i == 1 {
+			return boom
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), boom) {
+				sawCancel.Add(1)
+			}
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			return errors.New("not cancelled")
+		}
+	})
+	if !errors.Is(err, boom) || sawCancel.Load() != 2 {
+		t.Fatalf("each3 = %v, %d of 2 others saw the cancel with its cause", err, sawCancel.Load())
+	}
+}
+
+// TestHelpersOverflow: past max busy helpers, work still runs (on fresh
+// goroutines) and the count of helpers stays at max.
+func TestHelpersOverflow(t *testing.T) {
+	hp := &helpers{work: make(chan func()), max: 2}
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	var ran atomic.Int32
+	for range 5 {
+		wg.Add(1)
+		hp.run(func() {
+			defer wg.Done()
+			ran.Add(1)
+			<-release
+		})
+	}
+	waitUntil(t, func() bool { return ran.Load() == 5 })
+	if n := hp.n.Load(); n != 2 {
+		t.Errorf("%d helpers, want max 2", n)
+	}
+	close(release)
+	wg.Wait()
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
+
+// stackAfter is the stack a fresh goroutine holds after running f once
+// (GC off, so stacks are not shrunk; the goroutines stay parked while
+// StackInuse is read), averaged over 128 goroutines. StackInuse counts
+// whole stack spans, so the average is close, not exact.
+func stackAfter(t *testing.T, f func()) float64 {
+	t.Helper()
+	const n = 128
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	done, release := make(chan struct{}), make(chan struct{})
+	for range n {
+		go func() {
+			f()
+			done <- struct{}{}
+			<-release
+		}()
+		<-done
+	}
+	runtime.ReadMemStats(&after)
+	close(release)
+	return float64(after.StackInuse-before.StackInuse) / n
+}
+
+// TestGrowStack: stackgrow.Grow takes a fresh goroutine's stack to 16 KiB, and
+// a whole job run through ProcessTask on such a goroutine (as asynq runs
+// it) needs no more, so its path does not grow the stack again.
+func TestGrowStack(t *testing.T) {
+	grown := stackAfter(t, stackgrow.Grow)
+	if grown < 12<<10 {
+		t.Fatalf("stackgrow.Grow left %.0f B of stack on average, want about 16 KiB (the compiler dropped its frame?)", grown)
+	}
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	putInputs(e.store, "mem://ok/g", 1, []int{8, 1024})
+	task := asynq.NewTask(TaskType, payload(t, testJob("mem://ok/g")))
+	job := stackAfter(t, func() {
+		if err := e.h.ProcessTask(context.Background(), task); err != nil {
+			t.Error(err)
+		}
+	})
+	// Stacks come in powers of two: a path that outgrew 16 KiB would leave
+	// 32 KiB. StackInuse is process-wide, so other goroutines' stacks
+	// coming and going blur the average by a KiB or two either way: the
+	// bound is the midpoint.
+	if job > 24<<10 {
+		t.Errorf("a job on a fresh goroutine ends with %.0f B of stack on average, more than stackgrow.Grow's 16 KiB: its path grew the stack again", job)
+	}
+	t.Logf("stack after stackgrow.Grow: %.0f B; after a whole job: %.0f B", grown, job)
 }

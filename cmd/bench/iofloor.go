@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/rmsgrad/rmsgrad/internal/stackgrow"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
@@ -39,6 +40,7 @@ func newIOOnly(store routerStore, s shape) *ioOnly {
 }
 
 func (h *ioOnly) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	stackgrow.Grow() // as the worker's handler does
 	j, err := jobs.Decode(t.Payload())
 	if err != nil {
 		return err
@@ -47,6 +49,7 @@ func (h *ioOnly) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, uri := range []string{j.X, j.W, j.DY} {
 		g.Go(func() error {
+			stackgrow.Grow()
 			ti, err := h.store.Head(gctx, uri)
 			if err != nil {
 				return err
