@@ -53,22 +53,17 @@ func (s Store) TakeInline(t jobs.TensorInfo) ([]byte, func(), bool) {
 // batcher hashed it), the router records those instead of hashing again.
 func (s Store) Write(ctx context.Context, uri string, outs []jobs.OutTensor, meta map[string]string) (map[string]string, int64, error) {
 	ts := make([]storage.OutTensor, len(outs))
-	var sums [][sha256.Size]byte
+	summed := len(outs) > 0
 	for i, o := range outs {
 		ts[i] = storage.OutTensor{Name: o.Name, DType: o.DType, Shape: o.Shape, Data: o.Data}
-		if o.SHA256 != nil {
-			if i == 0 {
-				sums = make([][sha256.Size]byte, len(outs))
-			}
-			if sums != nil {
-				sums[i] = *o.SHA256
-			}
-		} else {
-			sums = nil
-		}
+		summed = summed && o.SHA256 != nil
 	}
 	var opts []storage.WriteOption
-	if sums != nil {
+	if summed {
+		sums := make([][sha256.Size]byte, len(outs))
+		for i, o := range outs {
+			sums[i] = *o.SHA256
+		}
 		opts = append(opts, storage.WithSHA256(sums))
 	}
 	wr, err := s.R.Write(ctx, uri, ts, meta, opts...)
