@@ -109,7 +109,7 @@ struct Group {
     std::vector<Fiber> fibers;
     std::vector<float> slots[2];
     std::vector<Guarded> tgmem;
-    const Launch* launch = nullptr;
+    Launch launch{}; // the threadgroup being run: its resources and fresh threadgroup memory
     Fiber* cur = nullptr;
     std::vector<unsigned> sgphase; // simd phases completed, per simdgroup
 
@@ -124,7 +124,7 @@ thread_local Group* g_group = nullptr;
 void fiber_entry() {
     Group* g = g_group;
     Fiber* f = g->cur;
-    g->launch->fn(*g->launch, f->ids);
+    g->launch.fn(g->launch, f->ids);
     f->done = true;
     // Returning switches to uc_link (the scheduler).
 }
@@ -161,14 +161,16 @@ void run_threadgroup(Group& g, const Op& op, const Launch& proto, unsigned tg) {
         g.slots[1].assign(n, 0.0f);
     }
     // Fresh threadgroup memory contents: undefined in Metal, NaN here.
-    Launch launch = proto;
+    // The launch is kept by value in the Group, which outlives this call
+    // (a pointer to a local here is what GCC 13's -Wdangling-pointer, an
+    // error under -Werror, rejects).
+    g.launch = proto;
     for (size_t i = 0; i < op.tglen.size(); i++) {
         Guarded& t = g.tgmem[i];
         float* p = reinterpret_cast<float*>(t.data);
         for (size_t k = 0; k < t.n / sizeof(float); k++) p[k] = std::nanf("");
-        launch.tgmem[i] = t.data;
+        g.launch.tgmem[i] = t.data;
     }
-    g.launch = &launch;
 
     for (unsigned i = 0; i < n; i++) {
         Fiber& f = g.fibers[i];
