@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -113,14 +114,80 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 // Register routes TaskType to h on mux.
 func (h *Handler) Register(mux *asynq.ServeMux) { mux.Handle(TaskType, h) }
 
-// ProcessTask implements asynq.Handler.
+// ProcessTask implements asynq.Handler. asynq calls it on a fresh
+// goroutine per task, whose stack starts small: the job's path would grow
+// it (each growth allocates a stack, copies the frames and walks every one
+// of them to fix its pointers; runtime.newstack was 20-25 us per small job
+// in the worker's profile, and growing it once up front still cost about
+// 10, the walk through asynq's frames on cold caches). So the job runs on
+// one of the helper goroutines kept between jobs, whose stacks have grown
+// already, and this goroutine waits for it. A panic in the job is carried
+// back here and raised again, with the job's own stack in its message, so
+// asynq recovers it as before and the helper lives on.
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	// asynq runs every task's handler on a fresh goroutine, whose stack
-	// starts small; the job's path grew it two or three times, each growth
-	// copying and walking the frames already on it (runtime.newstack was
-	// 20-25 us per small job in the worker's profile). One growth now,
-	// while the stack is shallow, is one cheap copy.
-	stackgrow.Grow()
+	c := callPool.Get().(*call)
+	c.h, c.ctx, c.t = h, ctx, t
+	helperPool.Go(c.fn)
+	<-c.done
+	err, p := c.err, c.panicked
+	*c = call{done: c.done, fn: c.fn}
+	callPool.Put(c)
+	if p != nil {
+		panic(p)
+	}
+	return err
+}
+
+// call is one ProcessTask handed to a helper; pooled with its channel and
+// its bound method value, so a hand-off allocates nothing.
+type call struct {
+	h        *Handler
+	ctx      context.Context
+	t        *asynq.Task
+	err      error
+	panicked *jobPanic
+	done     chan struct{}
+	fn       func()
+}
+
+var callPool = sync.Pool{New: func() any {
+	c := &call{done: make(chan struct{}, 1)}
+	c.fn = c.run
+	return c
+}}
+
+func (c *call) run() {
+	defer func() {
+		if x := recover(); x != nil {
+			c.panicked = newJobPanic(x)
+		}
+		c.done <- struct{}{}
+	}()
+	c.err = c.h.processTask(c.ctx, c.t)
+}
+
+// jobPanic is a panic in a job's path, raised again on asynq's goroutine:
+// its message carries the stack where it happened.
+type jobPanic struct {
+	val   any
+	stack []byte
+}
+
+// newJobPanic records a recovered panic and where it happened; one raised
+// again from a helper keeps its first stack.
+func newJobPanic(x any) *jobPanic {
+	if p, ok := x.(*jobPanic); ok {
+		return p
+	}
+	return &jobPanic{val: x, stack: debug.Stack()}
+}
+
+func (p *jobPanic) Error() string {
+	return fmt.Sprintf("%v\n\njob goroutine's stack:\n%s", p.val, p.stack)
+}
+
+// processTask is the task's whole path: decode, run, account, log.
+func (h *Handler) processTask(ctx context.Context, t *asynq.Task) error {
 	id, _ := asynq.GetTaskID(ctx)
 	res, err := h.process(ctx, id, t.Payload(), t.ResultWriter())
 	outcome := OutcomeOK
@@ -400,10 +467,21 @@ func each3(ctx context.Context, f func(ctx context.Context, i int) error) error 
 			cancel(err)
 		})
 	}
+	// A panic on a helper is carried back and raised again here, after
+	// the others end, so it reaches asynq's recovery (see ProcessTask)
+	// instead of ending the process.
+	var panicked atomic.Pointer[jobPanic]
 	wg.Add(2)
 	for i := 1; i <= 2; i++ {
-		helperPool.run(func() {
+		helperPool.Go(func() {
 			defer wg.Done()
+			defer func() {
+				if x := recover(); x != nil {
+					p := newJobPanic(x)
+					panicked.CompareAndSwap(nil, p)
+					fail(p)
+				}
+			}()
 			if err := f(gctx, i); err != nil {
 				fail(err)
 			}
@@ -413,43 +491,17 @@ func each3(ctx context.Context, f func(ctx context.Context, i int) error) error 
 		fail(err)
 	}
 	wg.Wait()
+	if p := panicked.Load(); p != nil {
+		panic(p)
+	}
 	return first
 }
 
-// helpers runs short functions on goroutines that stay parked between
-// uses instead of exiting, up to max of them; past that, on a fresh
-// goroutine. One pool serves every Handler of the process.
-type helpers struct {
-	work chan func()
-	n    atomic.Int32
-	max  int32
-}
-
-var helperPool = &helpers{work: make(chan func()), max: 256}
-
-func (hp *helpers) run(f func()) {
-	select {
-	case hp.work <- f: // an idle helper took it
-		return
-	default:
-	}
-	if hp.n.Add(1) <= hp.max {
-		go hp.loop(f)
-		return
-	}
-	hp.n.Add(-1)
-	go f()
-}
-
-func (hp *helpers) loop(f func()) {
-	for {
-		// Regrow at once what the GC took back from an idle helper's
-		// stack, before f's frames are on it (a no-op when it is grown).
-		stackgrow.Grow()
-		f()
-		f = <-hp.work
-	}
-}
+// helperPool runs the jobs (ProcessTask) and their input reads (each3) on
+// goroutines kept between jobs, whose stacks have grown already. One pool
+// serves every Handler of the process; 256 covers the default 64 handlers'
+// three goroutines each.
+var helperPool = stackgrow.NewPool(256)
 
 // adopt returns a buffer that is t's bytes as held by its header read
 // (t.Local), when the backend and the store can hand them over, or nil:

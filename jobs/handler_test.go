@@ -313,7 +313,7 @@ func TestBatchHashesOutputs(t *testing.T) {
 // context (with it as the cause) and is returned after all three end; the
 // helpers are reused across calls (at most two busy per call here).
 func TestEach3(t *testing.T) {
-	before := helperPool.n.Load()
+	before := int32(helperPool.Len())
 	for range 50 {
 		var calls [3]atomic.Int32
 		if err := each3(context.Background(), func(ctx context.Context, i int) error {
@@ -332,7 +332,7 @@ func TestEach3(t *testing.T) {
 	// Without reuse the 50 calls start 100 helpers (up to max); a loaded
 	// machine may not park a helper within the pause now and then, so the
 	// bound is half of that.
-	if n := helperPool.n.Load() - before; n >= 50 {
+	if n := int32(helperPool.Len()) - before; n >= 50 {
 		t.Errorf("%d new helpers for 50 calls one after another: they are not reused", n)
 	}
 	boom := errors.New("input 1 failed")
@@ -356,29 +356,6 @@ func TestEach3(t *testing.T) {
 	}
 }
 
-// TestHelpersOverflow: past max busy helpers, work still runs (on fresh
-// goroutines) and the count of helpers stays at max.
-func TestHelpersOverflow(t *testing.T) {
-	hp := &helpers{work: make(chan func()), max: 2}
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	var ran atomic.Int32
-	for range 5 {
-		wg.Add(1)
-		hp.run(func() {
-			defer wg.Done()
-			ran.Add(1)
-			<-release
-		})
-	}
-	waitUntil(t, func() bool { return ran.Load() == 5 })
-	if n := hp.n.Load(); n != 2 {
-		t.Errorf("%d helpers, want max 2", n)
-	}
-	close(release)
-	wg.Wait()
-}
-
 // waitUntil polls cond for up to 10 s.
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
@@ -400,8 +377,11 @@ func stackAfter(t *testing.T, f func()) float64 {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	done, release := make(chan struct{}), make(chan struct{})
+	var exited sync.WaitGroup
 	for range n {
+		exited.Add(1)
 		go func() {
+			defer exited.Done()
 			f()
 			done <- struct{}{}
 			<-release
@@ -410,12 +390,14 @@ func stackAfter(t *testing.T, f func()) float64 {
 	}
 	runtime.ReadMemStats(&after)
 	close(release)
+	exited.Wait() // their stacks are not freed under the next measurement
 	return float64(int64(after.StackInuse)-int64(before.StackInuse)) / n
 }
 
-// TestGrowStack: stackgrow.Grow takes a fresh goroutine's stack to 16 KiB, and
-// a whole job run through ProcessTask on such a goroutine (as asynq runs
-// it) needs no more, so its path does not grow the stack again.
+// TestGrowStack: stackgrow.Grow takes a fresh goroutine's stack to 16 KiB,
+// a job's whole path after it (on a helper, which calls Grow) needs no
+// more, and ProcessTask, called on a fresh goroutine as asynq calls it,
+// leaves that goroutine's stack as it started: the job ran on a helper.
 //
 // StackInuse is process-wide and counts whole stack spans, which the
 // stacks of goroutines that ended earlier (other tests) keep cached, so
@@ -436,6 +418,7 @@ func TestGrowStack(t *testing.T) {
 		}
 		return
 	}
+	start := stackAfter(t, func() {})
 	grown := stackAfter(t, stackgrow.Grow)
 	if grown < 12<<10 {
 		t.Fatalf("stackgrow.Grow left %.0f B of stack on average, want about 16 KiB (the compiler dropped its frame?)", grown)
@@ -450,7 +433,8 @@ func TestGrowStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := stackAfter(t, func() {
-		if err := h.ProcessTask(context.Background(), task); err != nil {
+		stackgrow.Grow() // as a helper does before each job
+		if err := h.processTask(context.Background(), task); err != nil {
 			t.Error(err)
 		}
 	})
@@ -459,7 +443,57 @@ func TestGrowStack(t *testing.T) {
 	// coming and going blur the average by a KiB or two either way: the
 	// bound is the midpoint.
 	if job > 24<<10 {
-		t.Errorf("a job on a fresh goroutine ends with %.0f B of stack on average, more than stackgrow.Grow's 16 KiB: its path grew the stack again", job)
+		t.Errorf("a job's path after stackgrow.Grow ends with %.0f B of stack on average, more than Grow's 16 KiB: it grew the stack again", job)
 	}
-	t.Logf("stack after stackgrow.Grow: %.0f B; after a whole job: %.0f B", grown, job)
+	// Through ProcessTask, after one job has started the helpers it needs:
+	// the calling goroutine only waits, so its stack stays at the start
+	// size (what a goroutine that does nothing holds); a job run on it
+	// would at least double it (8 KiB here from 2, with the in-memory
+	// store's shallow path).
+	if err := h.ProcessTask(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	caller := stackAfter(t, func() {
+		if err := h.ProcessTask(context.Background(), task); err != nil {
+			t.Error(err)
+		}
+	})
+	if caller > start+1<<10 {
+		t.Errorf("ProcessTask's goroutine ends with %.0f B of stack on average, a goroutine that does nothing %.0f B: the job ran on it, not on a helper", caller, start)
+	}
+	t.Logf("stack after stackgrow.Grow: %.0f B; after a job's path: %.0f B; ProcessTask's caller: %.0f B (start size %.0f B)", grown, job, caller, start)
+}
+
+// TestProcessTaskPanic: a panic in a job's path, on the helper that runs
+// the job or on one that reads an input, comes out of ProcessTask on the
+// caller's goroutine (where asynq recovers it) naming the panic and where it
+// happened; the process lives on and the next job runs.
+func TestProcessTaskPanic(t *testing.T) {
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	putInputs(e.store, "mem://ok/p", 1, []int{8, 64})
+	task := asynq.NewTask(TaskType, payload(t, testJob("mem://ok/p")))
+	for _, input := range []string{"x", "dy"} {
+		e.store.headErr = func(uri string) error {
+			if strings.Contains(uri, "/"+input) {
+				panic("planted panic reading " + input)
+			}
+			return nil
+		}
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = e.h.ProcessTask(context.Background(), task)
+		}()
+		p, ok := got.(*jobPanic)
+		if !ok {
+			t.Fatalf("input %s: ProcessTask raised %T %v, want a *jobPanic", input, got, got)
+		}
+		if msg := p.Error(); !strings.Contains(msg, "planted panic reading "+input) || !strings.Contains(msg, "TestProcessTaskPanic") {
+			t.Fatalf("input %s: the panic's message lacks its value or the stack where it happened:\n%s", input, msg)
+		}
+	}
+	e.store.headErr = nil
+	if err := e.h.ProcessTask(context.Background(), task); err != nil {
+		t.Fatalf("the job after the panics: %v", err)
+	}
 }

@@ -38,3 +38,35 @@ func BenchmarkHandlerNoNetwork(b *testing.B) {
 		b.Fatal("no output written")
 	}
 }
+
+// BenchmarkHandlerNoNetworkFresh is BenchmarkHandlerNoNetwork with every
+// job's handler called on a goroutine of its own that ends with the job,
+// as asynq's processor does: it counts what a fresh goroutine costs the
+// job's path (its stack growths, the stack's allocation and release).
+func BenchmarkHandlerNoNetworkFresh(b *testing.B) {
+	ctx := context.Background()
+	rig, err := newNoNetRig(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rig.close(ctx)
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		errc := make(chan error, 1)
+		for pb.Next() {
+			go func() { errc <- rig.one(ctx) }()
+			if err := <-errc; err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/job")
+	if rig.mem.out.Load() == 0 {
+		b.Fatal("no output written")
+	}
+}

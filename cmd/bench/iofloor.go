@@ -3,10 +3,11 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/hibiken/asynq"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/rmsgrad/rmsgrad/internal/stackgrow"
 	"github.com/rmsgrad/rmsgrad/jobs"
@@ -26,41 +27,58 @@ type ioOnly struct {
 	store  routerStore
 	outs   []jobs.OutTensor
 	result []byte
+	pool   *stackgrow.Pool
 }
 
 func newIOOnly(store routerStore, s shape) *ioOnly {
 	dx := make([]byte, 4*s.Rows*s.Dim)
 	dw := make([]byte, 4*s.Dim)
 	sdx, sdw := sha256.Sum256(dx), sha256.Sum256(dw)
-	return &ioOnly{store: store,
+	return &ioOnly{store: store, pool: stackgrow.NewPool(256),
 		outs: []jobs.OutTensor{
 			{Name: jobs.OutDX, DType: "F32", Shape: []int{s.Rows, s.Dim}, Data: dx, SHA256: &sdx},
 			{Name: jobs.OutDW, DType: "F32", Shape: []int{s.Dim}, Data: dw, SHA256: &sdw}},
 		result: []byte(fmt.Sprintf(`{"out":"","sha256":{"dx":"%x","dw":"%x"},"rows":%d,"dim":%d}`, sdx, sdw, s.Rows, s.Dim))}
 }
 
+// ProcessTask hands the job's requests to a goroutine of a pool with grown
+// stacks and waits, with two of the three reads on two more of them, as
+// jobs.Handler does.
 func (h *ioOnly) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	stackgrow.Grow() // as the worker's handler does
+	done := make(chan error, 1)
+	h.pool.Go(func() { done <- h.requests(ctx, t) })
+	return <-done
+}
+
+func (h *ioOnly) requests(ctx context.Context, t *asynq.Task) error {
 	j, err := jobs.Decode(t.Payload())
 	if err != nil {
 		return err
 	}
 	// The three reads at once, as the handler does them.
-	g, gctx := errgroup.WithContext(ctx)
-	for _, uri := range []string{j.X, j.W, j.DY} {
-		g.Go(func() error {
-			stackgrow.Grow()
-			ti, err := h.store.Head(gctx, uri)
-			if err != nil {
-				return err
-			}
-			if _, release, ok := h.store.TakeInline(ti); ok {
-				release()
-			}
-			return nil
-		})
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		errs [3]error
+	)
+	read := func(i int, uri string) {
+		ti, err := h.store.Head(gctx, uri)
+		if err != nil {
+			errs[i] = err
+			cancel()
+			return
+		}
+		if _, release, ok := h.store.TakeInline(ti); ok {
+			release()
+		}
 	}
-	if err := g.Wait(); err != nil {
+	wg.Add(2)
+	h.pool.Go(func() { defer wg.Done(); read(1, j.W) })
+	h.pool.Go(func() { defer wg.Done(); read(2, j.DY) })
+	read(0, j.X)
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
 		return err
 	}
 	if _, _, err := h.store.Write(ctx, j.Out, h.outs, map[string]string{"producer": "rmsgrad-bench"}); err != nil {
