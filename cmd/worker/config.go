@@ -23,6 +23,7 @@ type Config struct {
 	Worker         string         `yaml:"worker"`      // name in results and logs; default the hostname
 	Backend        string         `yaml:"backend"`     // auto|cpu|metal|cuda
 	Concurrency    int            `yaml:"concurrency"` // asynq handler goroutines
+	Procs          int            `yaml:"procs"`       // GOMAXPROCS; 0 = Go's default (the CPUs the process may use)
 	Queues         map[string]int `yaml:"queues"`      // queue -> priority weight
 	StrictPrio     bool           `yaml:"strict_priority"`
 	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
@@ -147,6 +148,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (cf
 	redis := fs.String("redis", "", "Redis host:port, or a redis:// / rediss:// URL")
 	backend := fs.String("backend", "", "compute backend: auto|cpu|metal|cuda")
 	conc := fs.Int("concurrency", 0, "handler goroutines")
+	procs := fs.Int("procs", 0, "GOMAXPROCS: threads running Go code at once (0: Go's default)")
 	httpAddr := fs.String("http", "", "listen address of /metrics, /healthz, /readyz")
 	devRedis := fs.String("dev-redis", "", "dev mode: embedded Redis address")
 	devDir := fs.String("dev-dir", "", "dev mode: data directory (the file store's root)")
@@ -189,6 +191,8 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (cf
 			cfg.Backend = *backend
 		case "concurrency":
 			cfg.Concurrency = *conc
+		case "procs":
+			cfg.Procs = *procs
 		case "http":
 			cfg.HTTPAddr = *httpAddr
 		case "dev-redis":
@@ -216,6 +220,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (cf
 // envVars maps each overridable key to its variable.
 var envVars = []struct{ env, key string }{
 	{"RMSGRAD_WORKER", "worker"}, {"RMSGRAD_BACKEND", "backend"}, {"RMSGRAD_CONCURRENCY", "concurrency"},
+	{"RMSGRAD_PROCS", "procs"},
 	{"RMSGRAD_SHUTDOWN_TIMEOUT", "shutdown_timeout"}, {"RMSGRAD_HTTP_ADDR", "http_addr"}, {"RMSGRAD_LOG_LEVEL", "log_level"},
 	{"RMSGRAD_BUDGET_BYTES", "budget_bytes"}, {"RMSGRAD_REDIS_ADDR", "redis.addr"}, {"RMSGRAD_REDIS_URL", "redis.url"},
 	{"RMSGRAD_REDIS_DB", "redis.db"}, {"RMSGRAD_REDIS_USERNAME", "redis.username"}, {"RMSGRAD_FILE_ROOT", "storage.file_root"},
@@ -238,6 +243,8 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 			cfg.Backend = v
 		case "concurrency":
 			cfg.Concurrency, err = strconv.Atoi(v)
+		case "procs":
+			cfg.Procs, err = strconv.Atoi(v)
 		case "shutdown_timeout":
 			cfg.Shutdown, err = time.ParseDuration(v)
 		case "http_addr":
@@ -326,6 +333,9 @@ func (c *Config) validate() error {
 	}
 	if c.Concurrency <= 0 {
 		return bad("concurrency", "must be > 0, got %d", c.Concurrency)
+	}
+	if c.Procs < 0 {
+		return bad("procs", "must be >= 0 (0: Go's default), got %d", c.Procs)
 	}
 	if len(c.Queues) == 0 {
 		return bad("queues", "at least one queue is needed")

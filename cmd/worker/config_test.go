@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ func TestConfigInvalidNamesTheKey(t *testing.T) {
 		{"batch:\n  max_jobs: 0\n", "batch.max_jobs"},
 		{"backend: tpu\n", "backend"},
 		{"concurrency: -1\n", "concurrency"},
+		{"procs: -2\n", "procs"},
 		{"limits:\n  max_elements: 99999999999\n", "limits.max_elements"},
 		{"redis:\n  url: http://x\n", "redis.url"},
 		{"redis:\n  password: hunter2\n", "password"}, // secrets never from the file
@@ -76,6 +78,38 @@ func TestConfigPrecedence(t *testing.T) {
 	if cfg.Backend != "cuda" {
 		t.Fatalf("flag did not override env: backend = %q", cfg.Backend)
 	}
+}
+
+// TestConfigProcs: procs from the file, RMSGRAD_PROCS over it, --procs
+// over both, and setProcs applies it and hands back the value before.
+func TestConfigProcs(t *testing.T) {
+	file := writeFile(t, "w.yaml", "procs: 3\n")
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{nil, nil, 0},
+		{[]string{"--config", file}, nil, 3},
+		{[]string{"--config", file}, map[string]string{"RMSGRAD_PROCS": "5"}, 5},
+		{[]string{"--config", file, "--procs", "1"}, map[string]string{"RMSGRAD_PROCS": "5"}, 1},
+	} {
+		cfg, _, err := loadConfig(c.args, env(c.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Procs != c.want {
+			t.Errorf("args %q env %v: procs = %d, want %d", c.args, c.env, cfg.Procs, c.want)
+		}
+	}
+	before := runtime.GOMAXPROCS(0)
+	if got := setProcs(0); got != before || runtime.GOMAXPROCS(0) != before {
+		t.Fatalf("setProcs(0) changed GOMAXPROCS %d -> %d (returned %d)", before, runtime.GOMAXPROCS(0), got)
+	}
+	if got := setProcs(before + 1); got != before || runtime.GOMAXPROCS(0) != before+1 {
+		t.Fatalf("setProcs(%d): GOMAXPROCS %d, returned %d", before+1, runtime.GOMAXPROCS(0), got)
+	}
+	runtime.GOMAXPROCS(before)
 }
 
 func TestPrintConfigRedactsSecrets(t *testing.T) {

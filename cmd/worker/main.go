@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -35,6 +36,22 @@ func main() {
 	}
 }
 
+// setProcs applies the procs key: n > 0 sets GOMAXPROCS (over the GOMAXPROCS
+// variable, which Go reads at start); 0 keeps Go's default. It returns the
+// value before, for run to put back when it returns (tests run it in
+// process).
+//
+// Fewer than the host's cores pays on a GPU host: with the compute on the
+// device, what is left is network and bookkeeping in short bursts, and
+// every idle P the Go scheduler has is one more thread spinning to look
+// for work whenever a goroutine wakes (README, Configuration: procs).
+func setProcs(n int) int {
+	if n > 0 {
+		return runtime.GOMAXPROCS(n)
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, printOnly, err := loadConfig(args, getenv, stderr)
 	if err != nil {
@@ -48,6 +65,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("worker", cfg.Worker)
 	slog.SetDefault(log)
 
+	defer runtime.GOMAXPROCS(setProcs(cfg.Procs))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -132,7 +150,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return fmt.Errorf("asynq server: %w", err)
 	}
 	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues,
-		"concurrency", cfg.Concurrency, "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes, "go_memory_limit", memLimit)
+		"concurrency", cfg.Concurrency, "gomaxprocs", runtime.GOMAXPROCS(0), "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes, "go_memory_limit", memLimit)
 
 	<-ctx.Done()
 	stop() // a second signal kills the process the default way
