@@ -26,7 +26,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
+	"github.com/rmsgrad/rmsgrad/cuda"
 	"github.com/rmsgrad/rmsgrad/internal/procattr"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
@@ -342,7 +344,7 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 	for i := range max(1, o.repeat) {
 		_ = os.RemoveAll(filepath.Join(o.out, fmt.Sprintf("run%d", i)))
 	}
-	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("%s, in process (same wiring, pprof on; %d jobs over %d jobs' inputs; the median-overhead run)", small.Name, ps.Jobs, ps.staged()),
+	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("%s, in process (same wiring, %s backend, pprof on; %d jobs over %d jobs' inputs; the median-overhead run)", small.Name, e.inproc, ps.Jobs, ps.staged()),
 		Figure:  prof.figure() + fmt.Sprintf(", %.0f allocs/job, %.0f KiB allocated/job, %.2f shared reads/job", prof.AllocsPerJob, prof.BytesPerJob/1024, prof.SharedReads),
 		Ceiling: "(bin/worker row above)"})
 	us := ov.OverheadPerJob()
@@ -631,7 +633,10 @@ func runInProcessWith(ctx context.Context, e *env, base string, s shape, maxJobs
 	if err := enqueue(ctx, rc, queue, base, s.Jobs, s.staged()); err != nil {
 		return res, err
 	}
-	be := cpu.New()
+	be, err := openInProc(e.inproc)
+	if err != nil {
+		return res, err
+	}
 	defer be.Close()
 	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", "bench")
 	metrics := jobs.NewMetrics(prometheus.NewRegistry())
@@ -737,6 +742,20 @@ func runInProcessWith(ctx context.Context, e *env, base string, s shape, maxJobs
 	}
 	res.finish(end.Sub(start), cpuUsed, rc, queue)
 	return res, nil
+}
+
+// openInProc opens the in-process runs' backend: the cpu backend, or with
+// -inproc-backend cuda the CUDA one, as bin/worker's auto picks on a host
+// with an NVIDIA GPU.
+func openInProc(name string) (compute.Backend, error) {
+	if name == "cuda" {
+		be, err := cuda.Open()
+		if err != nil {
+			return nil, fmt.Errorf("-inproc-backend cuda: %w", err)
+		}
+		return be, nil
+	}
+	return cpu.New(), nil
 }
 
 // avgBatch reads up to 500 completed tasks' results and averages the number

@@ -127,6 +127,7 @@ type env struct {
 	secretKey string
 	s3Root    string
 	tmp       string
+	inproc    string // the in-process runs' compute backend: "cpu" (the default) or "cuda"
 }
 
 // benchBucket is the bucket every measurement uses.
