@@ -14,29 +14,7 @@ import (
 // the steady A/B figure for the per-job overhead, which cmd/bench's pprof
 // split of a real run measures only to +-30 us on a shared machine.
 func BenchmarkHandlerNoNetwork(b *testing.B) {
-	ctx := context.Background()
-	rig, err := newNoNetRig(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rig.close(ctx)
-	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
-	b.ReportAllocs()
-	cpu0 := cpuTime()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := rig.one(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/job")
-	if rig.mem.out.Load() == 0 {
-		b.Fatal("no output written")
-	}
+	benchNoNet(b, func(ctx context.Context, rig *noNetRig) error { return rig.one(ctx) })
 }
 
 // BenchmarkHandlerNoNetworkFresh is BenchmarkHandlerNoNetwork with every
@@ -44,6 +22,16 @@ func BenchmarkHandlerNoNetwork(b *testing.B) {
 // as asynq's processor does: it counts what a fresh goroutine costs the
 // job's path (its stack growths, the stack's allocation and release).
 func BenchmarkHandlerNoNetworkFresh(b *testing.B) {
+	benchNoNet(b, func(ctx context.Context, rig *noNetRig) error {
+		errc := make(chan error, 1)
+		go func() { errc <- rig.one(ctx) }()
+		return <-errc
+	})
+}
+
+// benchNoNet runs job (one small job through rig) on 64 goroutines and
+// reports the process's CPU per job.
+func benchNoNet(b *testing.B, job func(context.Context, *noNetRig) error) {
 	ctx := context.Background()
 	rig, err := newNoNetRig(ctx)
 	if err != nil {
@@ -55,10 +43,8 @@ func BenchmarkHandlerNoNetworkFresh(b *testing.B) {
 	cpu0 := cpuTime()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		errc := make(chan error, 1)
 		for pb.Next() {
-			go func() { errc <- rig.one(ctx) }()
-			if err := <-errc; err != nil {
+			if err := job(ctx, rig); err != nil {
 				b.Error(err)
 				return
 			}
