@@ -123,7 +123,10 @@ func (h *Handler) Register(mux *asynq.ServeMux) { mux.Handle(TaskType, h) }
 // one of the helper goroutines kept between jobs, whose stacks have grown
 // already, and this goroutine waits for it. A panic in the job is carried
 // back here and raised again, with the job's own stack in its message, so
-// asynq recovers it as before and the helper lives on.
+// asynq recovers it as before and the helper lives on. Before it is raised
+// again, the job is counted (outcome "panic") and logged at error level
+// with its task id and that stack: asynq's own log of the recovery names
+// neither.
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	c := callPool.Get().(*call)
 	c.h, c.ctx, c.t = h, ctx, t
@@ -133,6 +136,10 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	*c = call{done: c.done, fn: c.fn}
 	callPool.Put(c)
 	if p != nil {
+		h.m.Jobs.WithLabelValues(OutcomePanic).Inc()
+		id, _ := asynq.GetTaskID(ctx)
+		h.log.LogAttrs(ctx, slog.LevelError, "job panicked", slog.String("task_id", id), slog.String("outcome", OutcomePanic),
+			slog.String("panic", fmt.Sprint(p.val)), slog.String("stack", string(p.stack)))
 		panic(p)
 	}
 	return err

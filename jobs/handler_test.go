@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rmsgrad/rmsgrad/internal/stackgrow"
 	"github.com/rmsgrad/rmsgrad/storage"
@@ -467,9 +468,18 @@ func TestGrowStack(t *testing.T) {
 // TestProcessTaskPanic: a panic in a job's path, on the helper that runs
 // the job or on one that reads an input, comes out of ProcessTask on the
 // caller's goroutine (where asynq recovers it) naming the panic and where it
-// happened; the process lives on and the next job runs.
+// happened; the process lives on and the next job runs. Each panic is
+// counted under outcome "panic" and logged at error level with its stack.
 func TestProcessTaskPanic(t *testing.T) {
 	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	reg := prometheus.NewRegistry()
+	logs := &syncBuffer{}
+	h, err := NewHandler(HandlerConfig{Backend: e.be, Batcher: e.b, Store: e.store, Budget: NewBudget(1 << 30), Worker: "test",
+		Metrics: NewMetrics(reg), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = h
 	putInputs(e.store, "mem://ok/p", 1, []int{8, 64})
 	task := asynq.NewTask(TaskType, payload(t, testJob("mem://ok/p")))
 	for _, input := range []string{"x", "dy"} {
@@ -495,5 +505,28 @@ func TestProcessTaskPanic(t *testing.T) {
 	e.store.headErr = nil
 	if err := e.h.ProcessTask(context.Background(), task); err != nil {
 		t.Fatalf("the job after the panics: %v", err)
+	}
+	if n := counter(t, reg, "rmsgrad_jobs_total", map[string]string{"outcome": OutcomePanic}); n != 2 {
+		t.Errorf("rmsgrad_jobs_total{outcome=panic} = %v after two panics, want 2", n)
+	}
+	if n := counter(t, reg, "rmsgrad_jobs_total", map[string]string{"outcome": OutcomeOK}); n != 1 {
+		t.Errorf("rmsgrad_jobs_total{outcome=ok} = %v after the job that followed, want 1", n)
+	}
+	var panics int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct{ Level, Msg, Outcome, Panic, Stack string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec.Msg != "job panicked" {
+			continue
+		}
+		panics++
+		if rec.Level != "ERROR" || rec.Outcome != OutcomePanic || !strings.HasPrefix(rec.Panic, "planted panic reading ") || !strings.Contains(rec.Stack, "TestProcessTaskPanic") {
+			t.Errorf("panic log line lacks its level, outcome, value or stack: %s", line)
+		}
+	}
+	if panics != 2 {
+		t.Errorf("%d \"job panicked\" log lines after two panics, want 2:\n%s", panics, logs.String())
 	}
 }

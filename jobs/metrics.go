@@ -11,6 +11,7 @@ const (
 	OutcomePermanent = "permanent" // archived: bad input, not allowed, too large, bad signature
 	OutcomeRetry     = "retry"     // transient: asynq retries it with backoff
 	OutcomeCanceled  = "canceled"  // the handler's context ended (shutdown, timeout)
+	OutcomePanic     = "panic"     // a bug: the job's path panicked; asynq recovers it and retries the job
 )
 
 // Stages timed by rmsgrad_stage_seconds (label "stage").
@@ -44,7 +45,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rmsgrad_jobs_total", Help: "Jobs handled, by outcome (ok, permanent, retry, canceled).",
+			Name: "rmsgrad_jobs_total", Help: "Jobs handled, by outcome (ok, permanent, retry, canceled, panic).",
 		}, []string{"outcome"}),
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rmsgrad_batch_jobs", Help: "Jobs per committed command buffer.",
