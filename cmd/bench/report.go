@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -102,38 +103,46 @@ func (rep *report) markdown() string {
 
 // chart draws one horizontal bar per row that has a ratio, in percent.
 func (rep *report) chart(path string) error {
+	bars, labels, err := rep.bars()
+	if err != nil || bars == nil {
+		return err
+	}
+	p := plot.New()
+	p.Title.Text = "rmsgrad: ours / ceiling (same run)"
+	p.X.Label.Text = "percent of ceiling"
+	p.Add(bars)
+	p.NominalY(labels...)
+	p.X.Min = 0
+	h := vg.Length(len(labels))*vg.Points(22) + vg.Points(80)
+	if err := p.Save(8*vg.Inch, h, path); err != nil {
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	return nil
+}
+
+// bars is the chart's bar series and its y labels: bar i (counted from the
+// bottom) is labels[i]. The rows are reversed so that the chart reads
+// top-down in table order; the values are reversed before the bar chart
+// takes its copy of them (reversing after NewBarChart once left every label
+// on another row's bar). nil when no row has a ratio.
+func (rep *report) bars() (*plotter.BarChart, []string, error) {
 	var vals plotter.Values
 	var labels []string
-	for _, r := range rep.Rows {
+	for _, r := range slices.Backward(rep.Rows) {
 		if r.HasRatio {
 			vals = append(vals, r.Ratio*100)
 			labels = append(labels, r.Section+": "+r.What)
 		}
 	}
 	if len(vals) == 0 {
-		return nil
+		return nil, nil, nil
 	}
-	p := plot.New()
-	p.Title.Text = "rmsgrad: ours / ceiling (same run)"
-	p.X.Label.Text = "percent of ceiling"
 	bars, err := plotter.NewBarChart(vals, vg.Points(14))
 	if err != nil {
-		return fmt.Errorf("chart: %w", err)
+		return nil, nil, fmt.Errorf("chart: %w", err)
 	}
 	bars.Horizontal = true
-	p.Add(bars)
-	// Reverse so the chart reads top-down in table order.
-	for i, j := 0, len(labels)-1; i < j; i, j = i+1, j-1 {
-		labels[i], labels[j] = labels[j], labels[i]
-		vals[i], vals[j] = vals[j], vals[i]
-	}
-	p.NominalY(labels...)
-	p.X.Min = 0
-	h := vg.Length(len(vals))*vg.Points(22) + vg.Points(80)
-	if err := p.Save(8*vg.Inch, h, path); err != nil {
-		return fmt.Errorf("chart %s: %w", path, err)
-	}
-	return nil
+	return bars, labels, nil
 }
 
 // write puts bench.md, bench.png and a timestamped copy of the Markdown
