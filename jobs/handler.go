@@ -125,8 +125,8 @@ func (h *Handler) Register(mux *asynq.ServeMux) { mux.Handle(TaskType, h) }
 // back here and raised again, with the job's own stack in its message, so
 // asynq recovers it as before and the helper lives on. Before it is raised
 // again, the job is counted (outcome "panic") and logged at error level
-// with its task id and that stack: asynq's own log of the recovery names
-// neither.
+// with its task id and that stack: asynq's own log of the recovery has no
+// task id, and its stack is this goroutine's, which raised it again.
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	c := callPool.Get().(*call)
 	c.h, c.ctx, c.t = h, ctx, t
