@@ -37,8 +37,9 @@ func (c *CommandBuffer) Ops() []Op { return c.ops }
 // RMSInvParams returns the params of KernelRMSInv: [eps, dim].
 func RMSInvParams(eps float32, dim int) []float32 { return []float32{eps, float32(dim)} }
 
-// DXParams returns the params of KernelDX: [dim, 0].
-func DXParams(dim int) []float32 { return []float32{float32(dim), 0} }
+// DXParams returns the params of KernelDX: [dim, eps]. eps is the epsilon
+// r was computed with; dx of dim 1 needs it (see DXDim1).
+func DXParams(dim int, eps float32) []float32 { return []float32{float32(dim), eps} }
 
 // DWParams returns the params of KernelDW: [dim, rows].
 func DWParams(dim, rows int) []float32 { return []float32{float32(dim), float32(rows)} }
@@ -69,7 +70,7 @@ func (c *CommandBuffer) RMSInv(x, r Buffer, params []float32, rows, dim int) err
 	return nil
 }
 
-// DX records dx[rows, dim] from x, w, dy and r; params is [dim, _].
+// DX records dx[rows, dim] from x, w, dy and r; params is [dim, eps].
 func (c *CommandBuffer) DX(x, w, dy, r, dx Buffer, params []float32, rows, dim int) error {
 	k := KernelDX
 	if err := c.check(k, rows, dim, params); err != nil {
@@ -88,6 +89,9 @@ func (c *CommandBuffer) DX(x, w, dy, r, dx Buffer, params []float32, rows, dim i
 	}
 	if params[0] != float32(dim) {
 		return argErr(k, "params[0] (dim)", fmt.Sprint(float32(dim)), params[0])
+	}
+	if eps := params[1]; !(eps > 0) || math.IsInf(float64(eps), 0) {
+		return argErr(k, "params[1] (eps)", "finite and > 0", eps)
 	}
 	if err := c.checkAlias(k, []namedBuf{{"x", x}, {"w", w}, {"dy", dy}, {"r", r}}, []namedBuf{{"dx", dx}}); err != nil {
 		return err

@@ -91,7 +91,7 @@ func TestRecordingAndCommit(t *testing.T) {
 	}
 	cb.Barrier()
 	cb.Barrier() // a repeated barrier is dropped
-	if err := cb.DX(x, w, dy, r, dx, compute.DXParams(3), 2, 3); err != nil {
+	if err := cb.DX(x, w, dy, r, dx, compute.DXParams(3, 1e-5), 2, 3); err != nil {
 		t.Fatal(err)
 	}
 	// A rejected dispatch records nothing.
@@ -122,7 +122,7 @@ func TestRecordingAndCommit(t *testing.T) {
 		t.Fatal("Reset kept ops")
 	}
 	// After Reset, the r written before is not "written since the barrier".
-	if err := cb.DX(x, w, dy, r, dx, compute.DXParams(3), 2, 3); err != nil {
+	if err := cb.DX(x, w, dy, r, dx, compute.DXParams(3, 1e-5), 2, 3); err != nil {
 		t.Fatalf("DX after Reset: %v", err)
 	}
 }

@@ -2,8 +2,8 @@ package compute
 
 // Fusable finds the DX and DW in next that read inv's r from inv's x;
 // users lists the ops of next that touch inv.R. It fuses only when those
-// are the sole users of r in next, there is at most one of each, and they
-// agree on dy: then computing r inside their row loop changes nothing
+// are the sole users of r in next, there is at most one of each, they
+// agree on dy and the DX's eps (used at dim 1) is the RMSInv's: then computing r inside their row loop changes nothing
 // anyone can observe. Backends use it to run RMSInv, DX and DW as one
 // pass over each row while the row is in cache.
 func Fusable(inv *Op, next []Op, users []int) (dxi, dwi int, ok bool) {
@@ -11,7 +11,7 @@ func Fusable(inv *Op, next []Op, users []int) (dxi, dwi int, ok bool) {
 	for _, i := range users {
 		o := &next[i]
 		switch {
-		case o.Kind == OpDX && o.R == inv.R && o.X == inv.X && dxi < 0 && o.DX != inv.R && o.W != inv.R && o.DY != inv.R:
+		case o.Kind == OpDX && o.R == inv.R && o.X == inv.X && dxi < 0 && o.DX != inv.R && o.W != inv.R && o.DY != inv.R && o.Eps() == inv.Eps():
 			dxi = i
 		case o.Kind == OpDW && o.R == inv.R && o.X == inv.X && dwi < 0 && o.DW != inv.R && o.DY != inv.R:
 			dwi = i

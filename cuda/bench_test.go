@@ -154,7 +154,7 @@ func recordJobs(t *testing.T, b *Backend, jobs []computetest.Job) benchSet {
 	cb.Barrier()
 	for i, j := range jobs {
 		a := all[i]
-		if err := cb.DX(a.x, a.w, a.dy, a.r, a.dx, compute.DXParams(j.Dim), j.Rows, j.Dim); err != nil {
+		if err := cb.DX(a.x, a.w, a.dy, a.r, a.dx, compute.DXParams(j.Dim, j.Eps), j.Rows, j.Dim); err != nil {
 			t.Fatal(err)
 		}
 		if err := cb.DW(a.x, a.dy, a.r, a.dw, compute.DWParams(j.Dim, j.Rows), j.Rows, j.Dim); err != nil {

@@ -221,7 +221,7 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 					}
 				}
 			case compute.OpDX:
-				e.w, e.dy, e.r, e.dx = get(o.W), get(o.DY), get(o.R), get(o.DX)
+				e.w, e.dy, e.r, e.dx, e.eps = get(o.W), get(o.DY), get(o.R), get(o.DX), o.Eps()
 			case compute.OpDW:
 				e.dy, e.r, e.dw = get(o.DY), get(o.R), get(o.DW)
 			}

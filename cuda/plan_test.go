@@ -80,7 +80,7 @@ func TestPlanFusesBatch(t *testing.T) {
 			if err := cb.DW(j.x, j.dy, j.r, j.dw, compute.DWParams(s[1], s[0]), s[0], s[1]); err != nil {
 				return err
 			}
-			if err := cb.DX(j.x, j.w, j.dy, j.r, j.dx, compute.DXParams(s[1]), s[0], s[1]); err != nil {
+			if err := cb.DX(j.x, j.w, j.dy, j.r, j.dx, compute.DXParams(s[1], 1e-5), s[0], s[1]); err != nil {
 				return err
 			}
 		}
@@ -132,10 +132,10 @@ func TestPlanNoFusionWhenRShared(t *testing.T) {
 			return err
 		}
 		cb.Barrier()
-		if err := cb.DX(a.x, a.w, a.dy, a.r, a.dx, compute.DXParams(32), 4, 32); err != nil {
+		if err := cb.DX(a.x, a.w, a.dy, a.r, a.dx, compute.DXParams(32, 1e-6), 4, 32); err != nil {
 			return err
 		}
-		return cb.DX(b.x, b.w, b.dy, a.r, b.dx, compute.DXParams(32), 4, 32)
+		return cb.DX(b.x, b.w, b.dy, a.r, b.dx, compute.DXParams(32, 1e-6), 4, 32)
 	})
 	p, err := planOps(ops, fixedGeom(264), ownAny)
 	if err != nil {

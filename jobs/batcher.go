@@ -384,7 +384,7 @@ func encodeRMSInv(cb *compute.CommandBuffer, w *Work) error {
 
 func encodeGrads(cb *compute.CommandBuffer, w *Work) error {
 	if w.DX != nil {
-		if err := cb.DX(w.X, w.W, w.DY, w.R, w.DX, compute.DXParams(w.Dim), w.Rows, w.Dim); err != nil {
+		if err := cb.DX(w.X, w.W, w.DY, w.R, w.DX, compute.DXParams(w.Dim, w.Eps), w.Rows, w.Dim); err != nil {
 			return err
 		}
 	}

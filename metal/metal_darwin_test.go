@@ -1,9 +1,13 @@
+//go:build cgo
+
 package metal
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/computetest"
@@ -61,5 +65,87 @@ func TestSharedBufferViewsAndPool(t *testing.T) {
 	defer again.Release()
 	if &again.Bytes()[0] != p {
 		t.Error("a released buffer of the same length was not reused")
+	}
+}
+
+// With PoolLimit, buffers in use and pooled together stay within the
+// limit: released buffers over it go back to the system, and pooled ones
+// of other sizes make room for a new one.
+func TestPoolLimit(t *testing.T) {
+	const limit = 4 << 20
+	be, err := Open(PoolLimit(limit))
+	if err != nil {
+		if errors.Is(err, compute.ErrUnsupported) && isNoDevice(err) {
+			t.Skipf("no Metal device: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer be.Close()
+	b := be.(*Backend)
+	held := func() int64 {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.live + b.pooled
+	}
+	for _, size := range []int{1 << 18, 1 << 19, 3 << 18, 1 << 17} { // f32 elements: 1, 2, 3, 0.5 MiB
+		var bufs []compute.Buffer
+		for range 6 {
+			buf, err := b.Alloc(compute.F32, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bufs = append(bufs, buf)
+		}
+		for _, buf := range bufs {
+			buf.Release()
+		}
+		if h := held(); h > limit {
+			t.Fatalf("after releasing 6 buffers of %d bytes: %d bytes held, limit %d", 4*size, h, limit)
+		}
+	}
+}
+
+// Close waits for an Execute in flight, and Execute after Close fails
+// cleanly.
+func TestCloseDuringExecute(t *testing.T) {
+	b := openTest(t)
+	j := computetest.NewJob(1, 4096, 1024)
+	done := make(chan error, 1)
+	go func() {
+		_, err := computetest.RunJob(context.Background(), b, j)
+		done <- err
+	}()
+	time.Sleep(time.Millisecond)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, compute.ErrDevice) && !errors.Is(err, compute.ErrUnsupported) {
+		t.Fatalf("Execute racing Close: %v, want success or a clean ErrDevice/ErrUnsupported", err)
+	}
+	if _, err := computetest.RunJob(context.Background(), b, j); err == nil {
+		t.Fatal("a job ran after Close")
+	}
+}
+
+// A plan split over many command buffers (a tiny MaxCommandBytes) gives
+// the same bits as one command buffer.
+func TestCommandBufferSplit(t *testing.T) {
+	whole := openTest(t)
+	split, err := Open(MaxCommandBytes(1 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer split.Close()
+	j := computetest.NewJob(3, 3000, 1000)
+	a, err := computetest.RunJob(context.Background(), whole, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := computetest.RunJob(context.Background(), split, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !computetest.SameBits(a, c) {
+		t.Fatal("outputs differ between one command buffer and a split plan")
 	}
 }

@@ -175,6 +175,14 @@ __device__ __forceinline__ void dx4(const float xv[4], const float dv[4], const 
 	for (int q = 0; q < 4; q++) out[q] = __fmul_rn(r, __fmaf_rn(-xv[q], c, __fmul_rn(dv[q], wv[q])));
 }
 
+// dx of a row of dim 1: ((dy*w) * ((eps*r)*r)) * r, compute.DXDim1's
+// operations in its order. The general form r*(dy*w - x*c) is
+// r*dy*w*(1 - x^2 r^2) there, which cancels in float32; 1 - x^2 r^2 is
+// exactly eps*r^2.
+__device__ __forceinline__ float dx_dim1(float d, float w, float r, float eps) {
+	return __fmul_rn(__fmul_rn(__fmul_rn(d, w), __fmul_rn(__fmul_rn(eps, r), r)), r);
+}
+
 // Sums (ss, s) over a block of T threads in a fixed order: a butterfly in
 // each warp, the warp sums through shared memory, then a butterfly over the
 // T/32 warp sums (lanes past them add 0). Every lane of every warp ends with
@@ -296,6 +304,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 							if (doDX) {
 								float o[4];
 								dx4(xs[i][k], ds[i][k], wv[k], r, cc, o);
+								if (!FUSED && dim == 1) o[0] = dx_dim1(ds[i][k][0], wv[k][0], r, J.eps);
 								store4(J.dx + rowOf(b) * dim, c * 4, dim, vec, o);
 							}
 							if (doDW) {
@@ -476,6 +485,7 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 				float w4[4], o[4];
 				load4(J.w, c * 4, dim, vec, w4);
 				dx4(x4, d4, w4, r, cc, o);
+				if (dim == 1) o[0] = dx_dim1(d4[0], w4[0], r, J.eps);
 				store4(J.dx + rowOf(b) * dim, c * 4, dim, vec, o);
 			}
 			if (doDW) {

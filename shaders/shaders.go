@@ -2,8 +2,9 @@ package shaders
 
 import _ "embed"
 
-// MetalSource is the MSL source of the three RMSNorm-backward kernels
-// (compute.KernelRMSInv, compute.KernelDX, compute.KernelDW).
+// MetalSource is the MSL source of the Metal kernels (MetalKernels), which
+// run compute.KernelRMSInv, compute.KernelDX and compute.KernelDW, fused or
+// apart (PlanMetal).
 //
 //go:embed rms_norm_backward.metal
 var MetalSource string

@@ -14,6 +14,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
 	"github.com/rmsgrad/rmsgrad/cuda"
+	"github.com/rmsgrad/rmsgrad/metal"
 	"github.com/rmsgrad/rmsgrad/shaders/mslcpu"
 )
 
@@ -57,10 +58,11 @@ var backendOpeners = []opener{
 		return mslcpu.Open(mslcpu.Options{Driver: driver})
 	}, maxJobs: map[string]int{"small": 20, "medium": 5, "large": -1}},
 	{name: "metal", open: func(context.Context, string) (compute.Backend, error) {
-		if runtime.GOOS != "darwin" {
-			return nil, fmt.Errorf("not present: metal runs on darwin only: %w", compute.ErrUnsupported)
+		be, err := metal.Open()
+		if err != nil {
+			return nil, fmt.Errorf("not present: %w", err)
 		}
-		return nil, fmt.Errorf("not present: the metal package is not wired into bench yet: %w", compute.ErrUnsupported)
+		return be, nil
 	}},
 	{name: "cuda", open: func(context.Context, string) (compute.Backend, error) {
 		be, err := cuda.Open()
@@ -167,7 +169,7 @@ func benchBackend(ctx context.Context, b compute.Backend, s shape, n int) (compu
 			return r, fmt.Errorf("compute %s %s: %w", b.Name(), s.Name, err)
 		}
 		cb.Barrier()
-		if err := cb.DX(x, w, dy, rr, dx, compute.DXParams(s.Dim), s.Rows, s.Dim); err != nil {
+		if err := cb.DX(x, w, dy, rr, dx, compute.DXParams(s.Dim, 1e-6), s.Rows, s.Dim); err != nil {
 			return r, fmt.Errorf("compute %s %s: %w", b.Name(), s.Name, err)
 		}
 		if err := cb.DW(x, dy, rr, dw, compute.DWParams(s.Dim, s.Rows), s.Rows, s.Dim); err != nil {

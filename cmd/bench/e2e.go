@@ -31,6 +31,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/cuda"
 	"github.com/rmsgrad/rmsgrad/internal/procattr"
 	"github.com/rmsgrad/rmsgrad/jobs"
+	"github.com/rmsgrad/rmsgrad/metal"
 )
 
 // e2eResult is one end-to-end run: jobs enqueued first, then drained by the
@@ -745,17 +746,23 @@ func runInProcessWith(ctx context.Context, e *env, base string, s shape, maxJobs
 }
 
 // openInProc opens the in-process runs' backend: the cpu backend, or with
-// -inproc-backend cuda the CUDA one, as bin/worker's auto picks on a host
-// with an NVIDIA GPU.
+// -inproc-backend cuda or metal the GPU one, as bin/worker's auto picks on
+// a host with an NVIDIA GPU or on a Mac.
 func openInProc(name string) (compute.Backend, error) {
-	if name == "cuda" {
-		be, err := cuda.Open()
-		if err != nil {
-			return nil, fmt.Errorf("-inproc-backend cuda: %w", err)
-		}
-		return be, nil
+	var be compute.Backend
+	var err error
+	switch name {
+	case "cuda":
+		be, err = cuda.Open()
+	case "metal":
+		be, err = metal.Open()
+	default:
+		return cpu.New(), nil
 	}
-	return cpu.New(), nil
+	if err != nil {
+		return nil, fmt.Errorf("-inproc-backend %s: %w", name, err)
+	}
+	return be, nil
 }
 
 // avgBatch reads up to 500 completed tasks' results and averages the number

@@ -42,7 +42,7 @@ func main() {
 	flag.StringVar(&o.baseline, "baseline-worker", "", "another worker binary (e.g. built from an older commit) to run on the small load alternately with -worker, for a before/after in the same run")
 	flag.IntVar(&o.profMaxJobs, "profile-max-jobs", 0, "batch.max_jobs of the in-process profile run (0: the worker's default)")
 	flag.StringVar(&o.variantEnv, "variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the small load (alternated), e.g. GOGC=400")
-	flag.StringVar(&o.inproc, "inproc-backend", "cpu", "compute backend of the in-process runs (the profile, the I/O floor): cpu, or cuda on a host with an NVIDIA GPU (bin/worker picks its own: auto)")
+	flag.StringVar(&o.inproc, "inproc-backend", "cpu", "compute backend of the in-process runs (the profile, the I/O floor): cpu, cuda on a host with an NVIDIA GPU, or metal on a Mac (bin/worker picks its own: auto)")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
@@ -109,10 +109,10 @@ func run(ctx context.Context, o options) error {
 	}
 	defer e.close()
 	switch o.inproc {
-	case "cpu", "cuda":
+	case "cpu", "cuda", "metal":
 		e.inproc = o.inproc
 	default:
-		return fmt.Errorf("-inproc-backend %q: want cpu or cuda", o.inproc)
+		return fmt.Errorf("-inproc-backend %q: want cpu, cuda or metal", o.inproc)
 	}
 	slog.Info("servers up", "redis", e.redis.addr, "versitygw", e.s3.addr)
 

@@ -10,22 +10,25 @@ import (
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
 )
 
-// opener opens one compute backend; compute.ErrUnsupported means "not on
-// this machine".
-type opener func() (compute.Backend, error)
+// opener opens one compute backend whose buffer pool keeps at most
+// poolBytes in use and pooled together (0: the backend's default);
+// compute.ErrUnsupported means "not on this machine".
+type opener func(poolBytes int64) (compute.Backend, error)
 
 // backends maps each name of the backend key to its opener. metal and cuda
-// are added by backend_metal.go / backend_cuda.go when those packages are
-// in the tree, so this file compiles on its own.
-var backends = map[string]opener{"cpu": cpu.Open}
+// are added by backend_metal.go / backend_cuda.go, so this file compiles on
+// its own.
+var backends = map[string]opener{"cpu": func(n int64) (compute.Backend, error) { return cpu.New(cpu.PoolLimit(n)), nil }}
 
 // autoOrder is what backend: auto tries, first that opens wins: Metal on a
 // Mac with a GPU, then CUDA if a GPU answers, else the CPU.
 var autoOrder = []string{"metal", "cuda", "cpu"}
 
-// openBackend opens the backend name (auto|cpu|metal|cuda) and logs which
-// device it got.
-func openBackend(name string, log *slog.Logger) (compute.Backend, error) {
+// openBackend opens the backend name (auto|cpu|metal|cuda) with its buffer
+// pool bounded by poolBytes and logs which device it got. A backend asked
+// for by name that cannot open is an error naming why (not built in, no
+// cgo, no GPU, an unsupported GPU); auto moves on to the next.
+func openBackend(name string, poolBytes int64, log *slog.Logger) (compute.Backend, error) {
 	try := []string{name}
 	if name == "auto" {
 		try = autoOrder
@@ -37,7 +40,7 @@ func openBackend(name string, log *slog.Logger) (compute.Backend, error) {
 			errs = append(errs, fmt.Errorf("%s: not built into this worker (%s/%s): %w", n, runtime.GOOS, runtime.GOARCH, compute.ErrUnsupported))
 			continue
 		}
-		be, err := open()
+		be, err := open(poolBytes)
 		if err == nil {
 			log.Info("compute backend open", "backend", be.Name(), "device", be.DeviceName(), "asked", name)
 			return be, nil

@@ -22,7 +22,7 @@ func TestAutoPicksCUDAOrFallsBack(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	be, err := openBackend("auto", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	be, err := openBackend("auto", 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestAutoPicksCUDAOrFallsBack(t *testing.T) {
 		t.Fatalf("auto opened %q, want %q", be.Name(), want)
 	}
 	if want == "cpu" {
-		if _, err := openBackend("cuda", slog.New(slog.NewTextHandler(io.Discard, nil))); !errors.Is(err, compute.ErrUnsupported) {
+		if _, err := openBackend("cuda", 0, slog.New(slog.NewTextHandler(io.Discard, nil))); !errors.Is(err, compute.ErrUnsupported) {
 			t.Fatalf("backend cuda without a GPU: %v, want ErrUnsupported", err)
 		}
 	}

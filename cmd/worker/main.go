@@ -83,7 +83,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return err
 	}
 	memLimit := boundMemory(cfg.BudgetBytes, getenv)
-	be, err := openBackend(cfg.Backend, log)
+	be, err := openBackend(cfg.Backend, poolBytes(cfg.BudgetBytes), log)
 	if err != nil {
 		return err
 	}

@@ -1,26 +1,23 @@
 package main
 
-import (
-	"runtime/debug"
-
-	"github.com/rmsgrad/rmsgrad/compute"
-	"github.com/rmsgrad/rmsgrad/compute/cpu"
-)
+import "runtime/debug"
 
 // memHeadroom is what the worker needs besides tensor buffers: the Go
 // runtime, asynq, the S3 client's connections, the header cache and the
 // handler goroutines (faults.TestFlood measures it).
 const memHeadroom = 64 << 20
 
-// boundMemory ties the worker's memory to budget_bytes. The CPU backend's
-// buffer pool keeps buffers (in use and pooled together) within 1.25 x the
-// budget (the slack covers size-class rounding), so buffers of shapes the
-// worker no longer sees do not stay resident; and unless GOMEMLIMIT is set,
+// poolBytes is the bound of the compute backend's buffer pool (in use and
+// pooled together) for a memory budget: 1.25 x the budget, the slack
+// covering size-class and page rounding, so buffers of shapes the worker
+// no longer sees do not stay resident (the CPU and Metal backends).
+func poolBytes(budget int64) int64 { return budget + budget/4 }
+
+// boundMemory ties the Go heap to budget_bytes: unless GOMEMLIMIT is set,
 // Go's soft memory limit becomes 1.5 x the budget + memHeadroom, so the
 // collector runs before garbage tensor buffers double the heap (GOGC=100
 // would let it grow to twice the live size). It returns the soft limit.
 func boundMemory(budget int64, getenv func(string) string) int64 {
-	backends["cpu"] = func() (compute.Backend, error) { return cpu.New(cpu.PoolLimit(budget + budget/4)), nil }
 	if getenv("GOMEMLIMIT") != "" {
 		return debug.SetMemoryLimit(-1) // the operator's
 	}

@@ -121,7 +121,7 @@ func RunJobs(ctx context.Context, b compute.Backend, jobs []Job, order Order) ([
 	cb.Barrier()
 	dx := func(i int) error {
 		bb, j := all[i], jobs[i]
-		return cb.DX(bb.x, bb.w, bb.dy, bb.r, bb.dx, compute.DXParams(j.Dim), j.Rows, j.Dim)
+		return cb.DX(bb.x, bb.w, bb.dy, bb.r, bb.dx, compute.DXParams(j.Dim, j.Eps), j.Rows, j.Dim)
 	}
 	dw := func(i int) error {
 		bb, j := all[i], jobs[i]

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) compute.Backend, opts ...Options)
 	t.Run("UnitWeights", s.unitWeights)
 	t.Run("FiniteDifference", s.finiteDifference)
 	t.Run("Shapes", s.shapes)
+	t.Run("Dim1", s.dim1)
 	t.Run("Magnitudes", s.magnitudes)
 	t.Run("Validation", func(t *testing.T) { RunValidation(t, s.open) })
 	t.Run("Batching", s.batching)
@@ -250,6 +251,23 @@ func (s *suite) magnitudes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dim1: with D = 1 the general dx form cancels (1 - x^2 r^2 with
+// x^2 >> eps); every backend must use the exact form (compute.DXDim1), and
+// CompareDX holds dim-1 dx to the plain normwise bound. eps 1e-6 and x near
+// 1 make the cancellation worst: the general form misses by about 1e-2 of
+// dx there, the bound at k = 1000 is 1.5e-5.
+func (s *suite) dim1(t *testing.T) {
+	b := s.open(t)
+	one := Job{Rows: 1, Dim: 1, Eps: 1e-6, X: []float32{1}, W: []float32{1.5}, DY: []float32{0.25}}
+	s.check(t, b, one)
+	j := NewJob(77, 1000, 1)
+	j.Eps = 1e-6
+	for i := range j.X {
+		j.X[i] = 0.5 + j.X[i]/2 // [0, 1): mostly x^2 >> eps
+	}
+	s.check(t, b, j)
 }
 
 // mixedJobs returns n jobs of mixed shapes, deterministic in seed.

@@ -45,7 +45,7 @@ func RunValidation(t *testing.T, open func(t *testing.T) compute.Backend) {
 	}
 	kerns := []kern{
 		{compute.KernelRMSInv, inv, func(r, d int) []float32 { return compute.RMSInvParams(1e-5, d) }},
-		{compute.KernelDX, dxf, func(r, d int) []float32 { return compute.DXParams(d) }},
+		{compute.KernelDX, dxf, func(r, d int) []float32 { return compute.DXParams(d, 1e-5) }},
 		{compute.KernelDW, dwf, func(r, d int) []float32 { return compute.DWParams(d, r) }},
 	}
 	// prepare records the RMSInv and barrier that DX and DW legally need, so
@@ -180,7 +180,13 @@ func RunValidation(t *testing.T, open func(t *testing.T) compute.Backend) {
 			return cb.RMSInv(s.x, s.r, compute.RMSInvParams(1e-5, dim+1), rows, dim)
 		}},
 		{"DXDimMismatch", compute.KernelDX, "params[0] (dim)", func(cb *compute.CommandBuffer, s set) error {
-			return cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim-1), rows, dim)
+			return cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim-1, 1e-5), rows, dim)
+		}},
+		{"DXEpsZero", compute.KernelDX, "params[1] (eps)", func(cb *compute.CommandBuffer, s set) error {
+			return cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim, 0), rows, dim)
+		}},
+		{"DXEpsNaN", compute.KernelDX, "params[1] (eps)", func(cb *compute.CommandBuffer, s set) error {
+			return cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim, float32(math.NaN())), rows, dim)
 		}},
 		{"DWDimMismatch", compute.KernelDW, "params[0] (dim)", func(cb *compute.CommandBuffer, s set) error {
 			return cb.DW(s.x, s.dy, s.r, s.dw, compute.DWParams(dim+1, rows), rows, dim)
@@ -190,10 +196,10 @@ func RunValidation(t *testing.T, open func(t *testing.T) compute.Backend) {
 		}},
 		// Aliasing: an output that is also an input.
 		{"AliasDXisX", compute.KernelDX, "dx", func(cb *compute.CommandBuffer, s set) error {
-			return cb.DX(s.x, s.w, s.dy, s.r, s.x, compute.DXParams(dim), rows, dim)
+			return cb.DX(s.x, s.w, s.dy, s.r, s.x, compute.DXParams(dim, 1e-5), rows, dim)
 		}},
 		{"AliasDXisDY", compute.KernelDX, "dx", func(cb *compute.CommandBuffer, s set) error {
-			return cb.DX(s.x, s.w, s.dy, s.r, s.dy, compute.DXParams(dim), rows, dim)
+			return cb.DX(s.x, s.w, s.dy, s.r, s.dy, compute.DXParams(dim, 1e-5), rows, dim)
 		}},
 	}
 	for _, c := range paramCases {
@@ -225,7 +231,7 @@ func RunValidation(t *testing.T, open func(t *testing.T) compute.Backend) {
 		if err := cb.RMSInv(s.x, s.r, compute.RMSInvParams(1e-5, dim), rows, dim); err != nil {
 			t.Fatal(err)
 		}
-		errorIs(t, cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim), rows, dim), compute.KernelDX, "r")
+		errorIs(t, cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim, 1e-5), rows, dim), compute.KernelDX, "r")
 	})
 	t.Run("MissingBarrierDW", func(t *testing.T) {
 		s := good(t)
@@ -250,7 +256,7 @@ func RunValidation(t *testing.T, open func(t *testing.T) compute.Backend) {
 			t.Fatal(err)
 		}
 		cb.Barrier()
-		if err := cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim), rows, dim); err != nil {
+		if err := cb.DX(s.x, s.w, s.dy, s.r, s.dx, compute.DXParams(dim, 1e-5), rows, dim); err != nil {
 			t.Fatalf("DX after barrier: %v", err)
 		}
 	})

@@ -51,7 +51,7 @@ func TestAdopt(t *testing.T) {
 			t.Fatal(err)
 		}
 		cb.Barrier()
-		if err := cb.DX(x, w, dy, rb, dxb, compute.DXParams(dim), rows, dim); err != nil {
+		if err := cb.DX(x, w, dy, rb, dxb, compute.DXParams(dim, 1e-6), rows, dim); err != nil {
 			t.Fatal(err)
 		}
 		if err := cb.DW(x, dy, rb, dwb, compute.DWParams(dim, rows), rows, dim); err != nil {

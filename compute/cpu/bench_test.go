@@ -50,7 +50,7 @@ func recordAll(b testing.TB, cb *compute.CommandBuffer, jobs []*benchJob) {
 	}
 	cb.Barrier()
 	for _, j := range jobs {
-		if err := cb.DX(j.x, j.w, j.dy, j.r, j.dx, compute.DXParams(j.dim), j.rows, j.dim); err != nil {
+		if err := cb.DX(j.x, j.w, j.dy, j.r, j.dx, compute.DXParams(j.dim, 1e-5), j.rows, j.dim); err != nil {
 			b.Fatal(err)
 		}
 		if err := cb.DW(j.x, j.dy, j.r, j.dw, compute.DWParams(j.dim, j.rows), j.rows, j.dim); err != nil {

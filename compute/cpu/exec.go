@@ -89,7 +89,7 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 		case compute.OpRMSInv:
 			u.rOut, u.eps = get(o.R), o.Eps()
 		case compute.OpDX:
-			u.rIn, u.dx = get(o.R), get(o.DX)
+			u.rIn, u.dx, u.eps = get(o.R), get(o.DX), o.Eps()
 		case compute.OpDW:
 			u.rIn, u.dw = get(o.R), get(o.DW)
 		default:
@@ -281,6 +281,10 @@ func (t *task) do(pr *prims, sc *scratch) {
 			pr.dx(x, dy, u.w, u.dx[b*d:(b+1)*d], r, c, u.nt)
 		case u.dw != nil:
 			pr.dw(x, dy, part, r)
+		}
+		if d == 1 && u.dx != nil {
+			// The general form cancels at dim 1 (compute.DXDim1).
+			u.dx[b] = compute.DXDim1(dy[0], u.w[0], r, u.eps)
 		}
 	}
 }

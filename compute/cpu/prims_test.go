@@ -124,7 +124,7 @@ func TestFusedSameBits(t *testing.T) {
 	}
 	must(cb.RMSInv(bufs[0], bufs[3], compute.RMSInvParams(j.Eps, j.Dim), j.Rows, j.Dim))
 	cb.Barrier()
-	must(cb.DX(bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], compute.DXParams(j.Dim), j.Rows, j.Dim))
+	must(cb.DX(bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], compute.DXParams(j.Dim, j.Eps), j.Rows, j.Dim))
 	cb.Barrier()
 	must(cb.DW(bufs[0], bufs[2], bufs[3], bufs[5], compute.DWParams(j.Dim, j.Rows), j.Rows, j.Dim))
 	if _, err := cb.Commit(ctx); err != nil {

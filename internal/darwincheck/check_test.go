@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,6 +30,85 @@ func TestMetalTypeChecks(t *testing.T) {
 	}
 	if !slices.Contains(rep.Targets, "github.com/rmsgrad/rmsgrad/metal") {
 		t.Errorf("targets %v do not include the metal package", rep.Targets)
+	}
+}
+
+// The programs that link the Metal backend type-check for darwin/arm64 with
+// cgo, wiring included (cmd/worker's backend_metal.go, cmd/bench's
+// openers), tests too.
+func TestWorkerTypeChecks(t *testing.T) {
+	rep, err := Check(context.Background(), Options{Dir: root, Patterns: []string{"./cmd/worker", "./cmd/bench"}, Tests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rep.Errors {
+		t.Errorf("%s", e)
+	}
+	for _, want := range []string{"github.com/rmsgrad/rmsgrad/cmd/worker", "github.com/rmsgrad/rmsgrad/metal", "github.com/progrium/darwinkit/macos/metal"} {
+		if !slices.Contains(rep.Checked, want) {
+			t.Errorf("%s was not checked", want)
+		}
+	}
+}
+
+// deps lists the packages a pattern links for GOOS=darwin GOARCH=arm64 with
+// cgo on or off, as the go command (not darwincheck) resolves them.
+func deps(t *testing.T, pattern, cgo string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", pattern)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED="+cgo)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s (darwin/arm64, CGO_ENABLED=%s): %v", pattern, cgo, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// The Mac worker and bench link the Metal backend: with cgo (what make
+// build uses on a Mac) the build graph holds the metal package and
+// darwinkit's Metal bindings; without cgo it holds the metal package's
+// stub, which tells the user to rebuild with cgo, and no darwinkit.
+func TestDarwinBuildGraphLinksMetal(t *testing.T) {
+	for _, pat := range []string{"./cmd/worker", "./cmd/bench"} {
+		with := deps(t, pat, "1")
+		for _, want := range []string{"github.com/rmsgrad/rmsgrad/metal", "github.com/progrium/darwinkit/macos/metal"} {
+			if !slices.Contains(with, want) {
+				t.Errorf("%s for darwin/arm64 with cgo does not link %s", pat, want)
+			}
+		}
+		without := deps(t, pat, "0")
+		if !slices.Contains(without, "github.com/rmsgrad/rmsgrad/metal") || slices.Contains(without, "github.com/progrium/darwinkit/macos/metal") {
+			t.Errorf("%s for darwin/arm64 without cgo: want the metal stub and no darwinkit", pat)
+		}
+	}
+}
+
+// make build compiles with cgo on for macOS and off elsewhere, and an
+// explicit CGO_ENABLED wins.
+func TestMakefileCgoPerOS(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make not installed")
+	}
+	for _, c := range []struct{ env, want string }{
+		{"GOOS=darwin", "1"}, {"GOOS=linux", "0"}, {"GOOS=darwin CGO_ENABLED=0", "0"},
+	} {
+		cmd := exec.Command("make", "-s", "cgo")
+		cmd.Dir = root
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "CGO_ENABLED=") && !strings.HasPrefix(kv, "GOOS=") && !strings.HasPrefix(kv, "MAKE") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(env, strings.Fields(c.env)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("make cgo (%s): %v", c.env, err)
+		}
+		if got := strings.TrimSpace(string(out)); got != c.want {
+			t.Errorf("make cgo with %s: CGO_ENABLED=%s, want %s", c.env, got, c.want)
+		}
 	}
 }
 

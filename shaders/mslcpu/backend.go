@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -28,11 +29,25 @@ type Options struct {
 	// Threads is the number of OS threads the driver spreads threadgroups
 	// over; 0 means one per CPU. Outputs do not depend on it.
 	Threads int
+	// SimdWidth is the SIMD width the driver runs simdgroups with (8, 16,
+	// 32 or 64, as a Metal pipeline's threadExecutionWidth can be); 0 means
+	// 32, Apple silicon's. Outputs do not depend on it.
+	SimdWidth int
+	// MaxThreads is the device's threadgroup cap for the plan
+	// (shaders.MetalDevice); 0 means shaders.MetalMaxThreads.
+	MaxThreads int
+	// MaxCommandBytes bounds the traffic of one command buffer of the plan
+	// (shaders.MetalDevice); 0 means the default.
+	MaxCommandBytes int64
+	// NoFuse runs RMSInv, DX and DW as separate dispatches even where the
+	// plan would fuse them (tests compare the bits).
+	NoFuse bool
 }
 
 // Backend is the msl-cpu compute.Backend.
 type Backend struct {
 	opts Options
+	dev  shaders.MetalDevice
 	pool pool
 }
 
@@ -43,7 +58,19 @@ func Open(opts Options) (*Backend, error) {
 	if _, err := os.Stat(opts.Driver); err != nil {
 		return nil, fmt.Errorf("mslcpu: driver: %w: %w", err, compute.ErrUnsupported)
 	}
-	return &Backend{opts: opts}, nil
+	if opts.SimdWidth == 0 {
+		opts.SimdWidth = 32
+	}
+	maxThreads := opts.MaxThreads
+	if maxThreads == 0 {
+		maxThreads = shaders.MetalMaxThreads
+	}
+	dev, err := shaders.CheckMetalDevice(Name, opts.SimdWidth, maxThreads)
+	if err != nil {
+		return nil, err
+	}
+	dev.MaxCommandBytes, dev.NoFuse = opts.MaxCommandBytes, opts.NoFuse
+	return &Backend{opts: opts, dev: dev}, nil
 }
 
 // Name returns "msl-cpu".
@@ -55,7 +82,7 @@ func (b *Backend) DeviceName() string {
 	if b.opts.Threads > 0 {
 		t = strconv.Itoa(b.opts.Threads) + " threads"
 	}
-	return shaders.MetalFile + " as C++ on " + t
+	return fmt.Sprintf("%s as C++ on %s, SIMD width %d", shaders.MetalFile, t, b.dev.SimdWidth)
 }
 
 // Alloc returns a buffer of the given dtype and shape, reusing a released one
@@ -74,17 +101,39 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 // Close releases nothing: buffers are Go memory.
 func (b *Backend) Close() error { return nil }
 
-// Execute plans every op with shaders.MetalPlan, sends the buffers and the
-// dispatches to the driver, and copies the written buffers back. The device
-// time is the driver's wall time.
+// Execute plans the ops with shaders.PlanMetal, as the Metal backend does,
+// sends the buffers and the dispatches to the driver, and copies the
+// written buffers back. A command-buffer boundary of the plan runs as a
+// barrier (the driver runs everything in order). The device time is the
+// driver's wall time.
 func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration, error) {
+	plan, err := shaders.PlanMetal(ops, b.dev)
+	if err != nil {
+		return 0, err
+	}
 	ids := map[*buffer]uint32{}
 	var bufs []*buffer
+	// Buffer 0 is the placeholder (0 bytes: its data starts at a guard
+	// page), then the plan's scratch buffers.
+	placeholder := &buffer{b: b}
+	bufs = append(bufs, placeholder)
+	var scratch []uint32
+	for _, n := range plan.Scratch {
+		sb := newBuffer(b, compute.F32, []int{n / 4}, n/4)
+		defer sb.Release()
+		// Scratch starts undefined on a GPU: NaN here, so a kernel that
+		// reads a partial before writing it is caught.
+		for i := range sb.words {
+			sb.words[i] = float32(math.NaN())
+		}
+		scratch = append(scratch, uint32(len(bufs)))
+		bufs = append(bufs, sb)
+	}
 	var outs []*buffer
 	isOut := map[*buffer]bool{}
 	id := func(cb compute.Buffer) (uint32, error) {
 		mb, ok := cb.(*buffer)
-		if !ok || mb.b != b || mb.words == nil {
+		if !ok || mb.b != b || mb.words == nil && mb.n > 0 {
 			return 0, fmt.Errorf("mslcpu: buffer %T is not a live msl-cpu buffer of this backend: %w", cb, compute.ErrInvalidArgument)
 		}
 		if i, ok := ids[mb]; ok {
@@ -94,13 +143,20 @@ func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration,
 		bufs = append(bufs, mb)
 		return ids[mb], nil
 	}
+	for i := range ops {
+		for _, w := range []compute.Buffer{ops[i].R, ops[i].DX, ops[i].DW} {
+			if mb, ok := w.(*buffer); ok && w != nil && !isOut[mb] {
+				isOut[mb] = true
+				outs = append(outs, mb)
+			}
+		}
+	}
 	var req bytes.Buffer // op list; buffers are streamed separately
 	le := binary.LittleEndian
 	u32 := func(w *bytes.Buffer, v uint32) { _ = binary.Write(w, le, v) }
-	u32(&req, uint32(len(ops)))
-	for i := range ops {
-		op := &ops[i]
-		if op.Kind == compute.OpBarrier {
+	u32(&req, uint32(len(plan.Steps)))
+	for _, st := range plan.Steps {
+		if st.Kind != shaders.StepDispatch {
 			u32(&req, 0)
 			for range 6 {
 				u32(&req, 1)
@@ -109,12 +165,9 @@ func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration,
 			u32(&req, 0)
 			continue
 		}
-		d, err := shaders.MetalPlan(op)
-		if err != nil {
-			return 0, err
-		}
+		d := &st.Dispatch
 		u32(&req, uint32(len(d.Kernel)))
-		req.WriteString(string(d.Kernel))
+		req.WriteString(d.Kernel)
 		for _, v := range d.Threadgroups {
 			u32(&req, uint32(v))
 		}
@@ -128,10 +181,19 @@ func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration,
 		u32(&req, uint32(len(d.Bindings)))
 		for _, bd := range d.Bindings {
 			u32(&req, uint32(bd.Index))
-			if bd.Buffer == nil {
+			switch bd.Kind {
+			case shaders.BindBytes:
 				u32(&req, 1)
 				u32(&req, uint32(len(bd.Bytes)))
 				req.Write(bd.Bytes)
+				continue
+			case shaders.BindNone:
+				u32(&req, 0)
+				u32(&req, 0)
+				continue
+			case shaders.BindScratch:
+				u32(&req, 0)
+				u32(&req, scratch[bd.Scratch])
 				continue
 			}
 			n, err := id(bd.Buffer)
@@ -140,12 +202,6 @@ func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration,
 			}
 			u32(&req, 0)
 			u32(&req, n)
-		}
-		for _, w := range []compute.Buffer{op.R, op.DX, op.DW} {
-			if mb, ok := w.(*buffer); ok && w != nil && !isOut[mb] {
-				isOut[mb] = true
-				outs = append(outs, mb)
-			}
 		}
 	}
 
@@ -172,7 +228,8 @@ func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration,
 		w := bufio.NewWriterSize(stdin, 1<<20)
 		_, _ = w.WriteString("MSLC")
 		hdr := new(bytes.Buffer)
-		u32(hdr, 1)
+		u32(hdr, 2)
+		u32(hdr, uint32(b.dev.SimdWidth))
 		u32(hdr, uint32(len(bufs)))
 		_, _ = w.Write(hdr.Bytes())
 		for _, mb := range bufs {

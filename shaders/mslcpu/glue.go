@@ -104,6 +104,7 @@ var builtins = map[string]struct {
 	"thread_index_in_simdgroup":      {"lane", false},
 	"simdgroup_index_in_threadgroup": {"sg", false},
 	"simdgroups_per_threadgroup":     {"nsg", false},
+	"threads_per_simdgroup":          {"tps", false},
 }
 
 var scalarTypes = map[string]bool{"uint": true, "ushort": true, "uint32_t": true, "uint16_t": true}

@@ -3,6 +3,8 @@ package mslcpu
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -10,8 +12,14 @@ import (
 	"github.com/rmsgrad/rmsgrad/compute"
 )
 
+// parityShapes cover every branch of the kernels' geometry: rows
+// threadgroups of 64 to 512 threads (1, 2 and 3 rounds of tg_sum2 at SIMD
+// width 8), elements held in registers and streamed (dims over 8192), one
+// row group (dw written directly) and many (partials and the reduce), the
+// most groups (256), dims not a multiple of anything, dim 1.
 var parityShapes = []struct{ rows, dim int }{
 	{2, 32}, {8, 1024}, {1, 1}, {7, 3}, {3, 257}, {2, 4097}, {1, 5120}, {2, 8192}, {1000, 33}, {9, 100},
+	{3, 9000}, {40, 9000}, {5000, 5}, {33, 1}, {64, 4096},
 }
 
 func TestShaderParity(t *testing.T) {
@@ -24,6 +32,79 @@ func TestShaderParity(t *testing.T) {
 		if err := checkOracle(j); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// runShapes runs every parity shape, each in a command buffer of its own,
+// and returns the jobs with their outputs.
+func runShapes(t *testing.T, b compute.Backend) []*job {
+	t.Helper()
+	var out []*job
+	for i, s := range parityShapes {
+		j := newJob(s.rows, s.dim, uint64(200+i), 1)
+		if err := runJobs(t, b, j); err != nil {
+			t.Fatalf("%s: %dx%d: %v", b.DeviceName(), s.rows, s.dim, err)
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// sameBits reports the first output that differs between two runs of the
+// same jobs.
+func sameBits(a, b []*job) error {
+	for i := range a {
+		x, y := a[i], b[i]
+		for _, o := range []struct {
+			name string
+			u, v []float32
+		}{{"r", x.r, y.r}, {"dx", x.dx, y.dx}, {"dw", x.dw, y.dw}} {
+			for k := range o.u {
+				if math.Float32bits(o.u[k]) != math.Float32bits(o.v[k]) {
+					return fmt.Errorf("%dx%d: %s[%d] = %v vs %v", x.rows, x.dim, o.name, k, o.u[k], o.v[k])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// The kernels give the same bits at every SIMD width a Mac GPU may run
+// them with (Intel GPUs pick 8, 16 or 32 per pipeline, AMD GPUs 64, Apple
+// silicon 32): the summation order is a tree over thread indices that the
+// width does not change. Each width's outputs also pass the oracle.
+func TestSimdWidths(t *testing.T) {
+	ref := runShapes(t, testBackendWith(t, Options{SimdWidth: 32}))
+	for _, w := range []int{8, 16, 64} {
+		got := runShapes(t, testBackendWith(t, Options{SimdWidth: w}))
+		for _, j := range got {
+			if err := checkOracle(j); err != nil {
+				t.Errorf("SIMD width %d: %v", w, err)
+			}
+		}
+		if err := sameBits(ref, got); err != nil {
+			t.Errorf("SIMD width %d differs from 32: %v", w, err)
+		}
+	}
+}
+
+// RMSInv, DX and DW fused into one rows dispatch give the same bits as the
+// three dispatched apart (each a flag set of the same kernel).
+func TestFusedSameBitsAsUnfused(t *testing.T) {
+	fused := runShapes(t, testBackend(t, 0))
+	apart := runShapes(t, testBackendWith(t, Options{NoFuse: true}))
+	if err := sameBits(fused, apart); err != nil {
+		t.Fatalf("fused vs unfused: %v", err)
+	}
+}
+
+// A plan split into many command buffers (a huge job's groups spread over
+// several, as DefaultMaxCommandBytes does for real) gives the same bits.
+func TestCommandBufferSplit(t *testing.T) {
+	whole := runShapes(t, testBackend(t, 0))
+	split := runShapes(t, testBackendWith(t, Options{MaxCommandBytes: 64 << 10}))
+	if err := sameBits(whole, split); err != nil {
+		t.Fatalf("split plan: %v", err)
 	}
 }
 
@@ -61,52 +142,102 @@ func TestBrokenShaderIsCaught(t *testing.T) {
 	cases := []struct {
 		name, old, new string
 		wantErr        string // a driver error; "" means the parity check must fail
+		rows, dim      int    // 0: 1000x257 (62 row groups, 64 threads, 2 SIMD groups)
+		opts           Options
 	}{
 		{
-			name: "reduction drops the last simdgroup partial",
-			old:  "float p = lane < nsg ? scratch[lane] : 0.0f;",
-			new:  "float p = lane + 1 < nsg ? scratch[lane] : 0.0f;",
+			name: "a round of the threadgroup sum drops its last partial",
+			old:  "const bool have = idx < n;",
+			new:  "const bool have = idx + 1u < n;",
 		},
 		{
-			name: "dw drops the last row lane",
-			old:  "for (uint k = 1; k < nsg; ++k) {",
-			new:  "for (uint k = 1; k + 1 < nsg; ++k) {",
+			name: "the SIMD-group butterfly skips its first level",
+			old:  "for (uint o = 1u; o < W; o <<= 1) {",
+			new:  "for (uint o = 2u; o < W; o <<= 1) {",
 		},
 		{
-			name: "simd tree skips a level",
-			old:  "    v += simd_shuffle_down(v, 4u);\n",
+			name: "missing barrier before a round reads the partials",
+			old:  "        }\n        threadgroup_barrier(mem_flags::mem_threadgroup);\n        // Round:",
+			new:  "        }\n        // Round:",
+		},
+		{
+			name: "every row's sums share one half of the partials (no row parity)",
+			old:  "            p ^= 1u;\n",
 			new:  "",
+			rows: 1000, dim: 513,
 		},
 		{
-			name: "missing barrier before reading simdgroup partials",
-			old:  "    threadgroup_barrier(mem_flags::mem_threadgroup);\n    float p =",
-			new:  "    float p =",
+			name: "the dw reduce drops its last slice",
+			old:  "for (uint k = 1u; k < RMS_RED_SLICES; ++k) {",
+			new:  "for (uint k = 1u; k + 1u < RMS_RED_SLICES; ++k) {",
+		},
+		{
+			name: "missing barrier in the dw reduce",
+			old:  "    red[sl * RMS_RED_COLS + col] = a;\n    threadgroup_barrier(mem_flags::mem_threadgroup);\n",
+			new:  "    red[sl * RMS_RED_COLS + col] = a;\n",
+		},
+		{
+			name: "a row group's partial is dropped",
+			old:  "                store_elem(part, pbase + i, pt, dwacc[k]);",
+			new:  "                if (grp + 1u != G) store_elem(part, pbase + i, pt, dwacc[k]);",
+		},
+		{
+			name:    "an out-of-range row group",
+			old:     "const uint grp = geom.group0 + tg;",
+			new:     "const uint grp = geom.group0 + tg + 1u;",
+			wantErr: "signal: segmentation fault",
+		},
+		{
+			name: "the last row of a job is skipped",
+			old:  "row < rows; row += G, ++b)",
+			new:  "row + 1u < rows; row += G, ++b)",
+		},
+		{
+			name: "streamed rows accumulate dw from a stale partial",
+			old:  "const float a = b == 0u ? 0.0f : load_elem(part, pbase + i, pt);",
+			new:  "const float a = load_elem(part, pbase + i, pt);",
+			rows: 40, dim: 9000,
+		},
+		{
+			name: "dx of dim 1 in the cancelling general form",
+			old:  "    if (dim == 1u) {\n        return",
+			new:  "    if (false) {\n        return",
+			rows: 33, dim: 1,
 		},
 		{
 			name:    "barrier in divergent control flow",
-			old:     "    if (lid == 0) {\n        r[row] =",
-			new:     "    if (lid == 0) {\n        threadgroup_barrier(mem_flags::mem_threadgroup);\n        r[row] =",
+			old:     "            if (writeR && t == 0u) {\n                r[row] = rb;",
+			new:     "            if (writeR && t == 0u) {\n                threadgroup_barrier(mem_flags::mem_threadgroup);\n                r[row] = rb;",
 			wantErr: "divergent barrier",
 		},
 		{
 			name:    "read past the end of x",
-			old:     "for (uint i = lid; i < dim; i += tpg) {\n        acc = fma(xr[i], xr[i], acc);",
-			new:     "for (uint i = lid; i <= dim; i += tpg) {\n        acc = fma(xr[i], xr[i], acc);",
+			old:     "const bool in = k < E && i < dim;",
+			new:     "const bool in = k < E && i <= dim;",
 			wantErr: "signal: segmentation fault",
 		},
 		{
+			name:    "an unfused DW writes dx, which its flags leave unbound",
+			old:     "                    if (doDX) {\n                        store_elem(dx, base + i, dxt, dx_elem(xs[k]",
+			new:     "                    if (doDX || doDW) {\n                        store_elem(dx, base + i, dxt, dx_elem(xs[k]",
+			wantErr: "signal: segmentation fault",
+			opts:    Options{NoFuse: true},
+		},
+		{
 			name:    "kernel argument moved to an unbound index",
-			old:     "constant rms_geom&   geom     [[buffer(3)]],",
+			old:     "constant rms_geom&   geom     [[buffer(6)]],",
 			new:     "constant rms_geom&   geom     [[buffer(9)]],",
 			wantErr: "[[buffer(9)]] is not bound",
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b := brokenBackend(t, c.old, c.new)
-			// 1000x257: several simdgroups per row, the last row ends at the
-			// end of x, 8 row lanes in dw.
-			j := newJob(1000, 257, 7, 0.5)
+			b := brokenBackend(t, c.old, c.new, c.opts)
+			rows, dim := c.rows, c.dim
+			if rows == 0 {
+				rows, dim = 1000, 257
+			}
+			j := newJob(rows, dim, 7, 1)
 			err := runJobs(t, b, j)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !errors.Is(err, compute.ErrDevice) {

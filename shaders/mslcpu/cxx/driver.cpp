@@ -2,7 +2,8 @@
 // metal_stdlib, on the CPU with real threadgroup semantics.
 //
 // Every thread of a threadgroup is a fiber (ucontext) with its own stack. The
-// scheduler runs one simdgroup (32 consecutive threads) at a time, resuming
+// scheduler runs one simdgroup (W consecutive threads, W the request's SIMD
+// width: 8, 16, 32 or 64) at a time, resuming
 // its lanes in order; a lane runs until it reaches a synchronisation point
 // (a simd operation, or threadgroup_barrier) or returns. A simdgroup keeps
 // running through its simd operations until all its lanes wait at
@@ -25,8 +26,10 @@
 // writing shows up in the results.
 //
 // Protocol (little-endian), request on stdin:
-//   "MSLC" u32 version(1)
-//   u32 nbuf; per buffer: u64 nbytes, bytes
+//   "MSLC" u32 version(2) u32 simd width
+//   u32 nbuf; per buffer: u64 nbytes, bytes (a buffer of 0 bytes is the
+//     placeholder for an argument the kernel must not touch: its data
+//     starts at a guard page)
 //   u32 nops; per op: u32 len, kernel name; u32 grid[3]; u32 threads[3];
 //     u32 ntg, u32 tglen[ntg]; u32 nbind; per binding: u32 index, u32 kind
 //     (0: u32 buffer id; 1: u32 len, inline bytes)
@@ -181,9 +184,10 @@ void run_threadgroup(Group& g, const Op& op, const Launch& proto, unsigned tg) {
         id.tpg = dim3{tx, ty, tz};
         id.gid = dim3{tgpos.x * tx + id.lid.x, tgpos.y * ty + id.lid.y, tgpos.z * tz + id.lid.z};
         id.lidx = i;
-        id.lane = i % kSimdWidth;
-        id.sg = i / kSimdWidth;
-        id.nsg = (n + kSimdWidth - 1) / kSimdWidth;
+        id.lane = i % g_simd_width;
+        id.sg = i / g_simd_width;
+        id.nsg = (n + g_simd_width - 1) / g_simd_width;
+        id.tps = g_simd_width;
         f.done = false;
         f.sync = 0;
         if (getcontext(&f.ctx) != 0) die("getcontext failed");
@@ -198,14 +202,14 @@ void run_threadgroup(Group& g, const Op& op, const Launch& proto, unsigned tg) {
     // threadgroup_barrier makes simdgroups wait for each other. A missing
     // barrier then shows up as a read of another simdgroup's not yet written
     // (NaN) threadgroup memory.
-    const unsigned nsg = (n + kSimdWidth - 1) / kSimdWidth;
+    const unsigned nsg = (n + g_simd_width - 1) / g_simd_width;
     if (g.sgphase.size() < nsg) g.sgphase.resize(nsg);
     std::fill(g.sgphase.begin(), g.sgphase.begin() + nsg, 0u);
     auto where = [&](int k) { return k == kSyncBarrier ? "threadgroup_barrier" : k == kSyncSimd ? "simd operation" : "kernel exit"; };
     for (;;) {
         unsigned nbarrier = 0, nexit = 0;
         for (unsigned s = 0; s < nsg; s++) {
-            const unsigned lo = s * kSimdWidth, hi = std::min(n, lo + kSimdWidth);
+            const unsigned lo = s * g_simd_width, hi = std::min(n, lo + g_simd_width);
             for (;;) {
                 int kind = -1;
                 for (unsigned i = lo; i < hi; i++) {
@@ -293,7 +297,7 @@ void check_bindings(const Op& op, const std::vector<Guarded>& bufs) {
         if (l % 16 != 0) die("%s: threadgroup memory length %u is not a multiple of 16", k.name, l);
     const unsigned n = op.threads[0] * op.threads[1] * op.threads[2];
     if (n == 0 || n > 1024) die("%s: %u threads per threadgroup (1..1024)", k.name, n);
-    if (n % kSimdWidth != 0) die("%s: %u threads per threadgroup is not whole simdgroups", k.name, n);
+    if (n % g_simd_width != 0) die("%s: %u threads per threadgroup is not whole simdgroups", k.name, n);
 }
 
 } // namespace
@@ -313,10 +317,12 @@ const float* simd_exchange(float v) {
     sync_point(kSyncSimd);
     // Lanes read phase p's slots in phase p+1 of their simdgroup, which
     // writes slots[p^1] only.
-    return &g_group->slots[p][id.sg * kSimdWidth];
+    return &g_group->slots[p][id.sg * g_simd_width];
 }
 
 unsigned current_lane() { return g_group->cur->ids.lane; }
+
+unsigned g_simd_width = 32;
 
 } // namespace mslcpu
 
@@ -326,7 +332,10 @@ int main() {
     char magic[4];
     read_exact(magic, 4);
     if (std::memcmp(magic, "MSLC", 4) != 0) die("bad request magic");
-    if (read_u32() != 1) die("unsupported request version");
+    if (read_u32() != 2) die("unsupported request version");
+    g_simd_width = read_u32();
+    if (g_simd_width < 4 || g_simd_width > 64 || (g_simd_width & (g_simd_width - 1)) != 0)
+        die("SIMD width %u is not a power of two from 4 to 64", g_simd_width);
 
     std::vector<Guarded> bufs(read_u32());
     for (auto& b : bufs) {

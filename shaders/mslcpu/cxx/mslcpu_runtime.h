@@ -22,6 +22,7 @@ struct ThreadIds {
     unsigned lane;     // thread_index_in_simdgroup
     unsigned sg;       // simdgroup_index_in_threadgroup
     unsigned nsg;      // simdgroups_per_threadgroup
+    unsigned tps;      // threads_per_simdgroup
 };
 
 // One dispatch's bound resources: buffer[n] is [[buffer(n)]] (device memory
@@ -51,14 +52,16 @@ struct KernelInfo {
 extern const KernelInfo kKernels[];
 extern const int kNumKernels;
 
-constexpr unsigned kSimdWidth = 32;
+// The SIMD width of this run (the request's; 8, 16, 32 or 64), which the
+// driver's scheduler and the shim's simd operations use.
+extern unsigned g_simd_width;
 
 // Synchronisation points (driver.cpp). Every thread of the threadgroup must
 // reach the same kind of point; the scheduler aborts the run otherwise.
 enum SyncKind : int { kSyncBarrier = 1, kSyncSimd = 2 };
 void sync_point(SyncKind kind);
 // Publishes v for this thread, waits for every thread of the threadgroup,
-// and returns this thread's simdgroup's 32 published values.
+// and returns this thread's simdgroup's g_simd_width published values.
 const float* simd_exchange(float v);
 // The current thread's simdgroup lane.
 unsigned current_lane();
