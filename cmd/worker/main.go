@@ -55,7 +55,7 @@ func (e loggedError) Unwrap() error { return e.error }
 // Fewer than the host's cores pays on a GPU host: with the compute on the
 // device, what is left is network and bookkeeping in short bursts, and
 // every idle P the Go scheduler has is one more thread spinning to look
-// for work whenever a goroutine wakes (README, Configuration: procs).
+// for work whenever a goroutine wakes (docs/operations.md, GPU hosts).
 func setProcs(n int) int {
 	if n > 0 {
 		return runtime.GOMAXPROCS(n)
