@@ -93,7 +93,7 @@ const smemReserve = 1024
 // geometry picks, for a job of rows x dim, the kernel, the rows per group
 // and the group count (persistent blocks, at most one wave), and the
 // shared-memory row slots of rows_smem (0: the register paths). Measured on
-// the H200 (cuda/NOTES.md, runs 4 and 5):
+// the H200 (docs/cuda.md, runs 4 and 5):
 //   - dims up to 4096: each row and w in registers, 256-thread blocks, two
 //     per SM (89% of the device copy at 16384x4096, 78% at 4096x4096);
 //   - dims from 7172 to 8192 that are a multiple of 4 (4 chunks per thread of

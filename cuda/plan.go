@@ -113,7 +113,7 @@ type execPlan struct {
 // With align > 1 the rows per group are rounded up to a multiple of align
 // when that adds at most 2% to them: fewer, evenly sized groups. On the
 // H200, 16384 rows in 256 groups of 64 beat 261 groups of 63 by 1-3 us
-// (cuda/NOTES.md, run 9).
+// (docs/cuda.md, run 9).
 func groups(rows, gmax, align int) (rg, g int) {
 	rg = (rows + gmax - 1) / gmax
 	if align > 1 {

@@ -449,7 +449,7 @@ func TestBadInput(t *testing.T) {
 			o := rawObject(`{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4)
 			binary.LittleEndian.PutUint64(o, 1<<40)
 			return o
-		}), want: []string{"tensor x", "exceeds the limit"}},
+		}), want: []string{"tensor x", "exceeds the safetensors format's cap of 100000000 bytes"}},
 		{name: "header over the worker's header limit", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
 			// Valid, but 100 KiB of metadata: the whole header would be
 			// held in memory outside the tensor budget.
@@ -462,7 +462,7 @@ func TestBadInput(t *testing.T) {
 			}
 			e.putRaw(t, uri, b.Bytes())
 			return Job{X: uri + "#x", W: uri + "#w", DY: uri + "#dy", Out: p + ".out", Eps: 1e-6}, nil
-		}, want: []string{"header limit of 65536 bytes"}},
+		}, want: []string{"header limit of 65536 bytes", "limits.max_header_bytes"}},
 		{name: "object shorter than the length prefix", make: oneX(func() []byte { return []byte{1, 2, 3} }),
 			want: []string{"tensor x", "shorter than the 8-byte header length prefix"}},
 		{name: "invalid header JSON", make: oneX(func() []byte {

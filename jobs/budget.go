@@ -42,7 +42,7 @@ func (b *Budget) InUse() int64 { return b.inUse.Load() }
 // request larger than the capacity fails at once with ErrNeverFits.
 func (b *Budget) Acquire(ctx context.Context, n int64) error {
 	if n > b.capacity {
-		return fmt.Errorf("%w: needs %d bytes, budget (worker budget.bytes) is %d", ErrNeverFits, n, b.capacity)
+		return fmt.Errorf("%w: needs %d bytes, budget (budget_bytes, RMSGRAD_BUDGET_BYTES) is %d", ErrNeverFits, n, b.capacity)
 	}
 	if n <= 0 {
 		return nil

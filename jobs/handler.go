@@ -215,11 +215,35 @@ func (h *Handler) processTask(ctx context.Context, t *asynq.Task) error {
 	// LogAttrs with the task's id as a plain attribute: Logger.With would
 	// build (and the JSON handler pre-format) a logger per job.
 	if err != nil {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "job failed", slog.String("task_id", id), slog.String("outcome", outcome), slog.Any("err", err))
+		level, msg := failureLevel(ctx, outcome)
+		h.log.LogAttrs(ctx, level, msg, slog.String("task_id", id), slog.String("outcome", outcome), slog.Any("err", err))
 		return err
 	}
 	h.logDone(ctx, id, res)
 	return nil
+}
+
+// failureLevel is the level and message of a failed job's one log line.
+// A permanent failure is bad input (or a job the worker may not run):
+// the normal outcome of a bad submission, reported to its submitter in
+// the task's error, so info, like "job done". A transient failure that
+// will be retried is a warning (storage or Redis trouble an operator may
+// have to see to); one with no retry left ends archived, which is an
+// error. asynq's own "Retry exhausted" line is debug (internal/logs).
+func failureLevel(ctx context.Context, outcome string) (slog.Level, string) {
+	switch outcome {
+	case OutcomePermanent:
+		return slog.LevelInfo, "job rejected"
+	case OutcomeRetry:
+		retried, ok1 := asynq.GetRetryCount(ctx)
+		limit, ok2 := asynq.GetMaxRetry(ctx)
+		if ok1 && ok2 && retried >= limit {
+			return slog.LevelError, "job failed after its last retry: archived"
+		}
+		return slog.LevelWarn, "job failed: will retry"
+	default: // canceled: shutdown or the task's deadline; asynq puts it back
+		return slog.LevelWarn, "job canceled"
+	}
 }
 
 // logDone writes the per-job "job done" line, the one log line every job

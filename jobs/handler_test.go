@@ -151,7 +151,7 @@ func TestHandlerPermanentErrors(t *testing.T) {
 		{name: "max job bytes", limits: Limits{MaxBytes: 1000},
 			want: []string{"tensor x", "needs 1808 buffer bytes", "is 1000"}, is: ErrLimit},
 		{name: "never fits budget", budget: 1500,
-			want: []string{"needs 1808 bytes", "budget.bytes) is 1500"}, is: ErrNeverFits},
+			want: []string{"needs 1808 bytes", "budget (budget_bytes, RMSGRAD_BUDGET_BYTES) is 1500"}, is: ErrNeverFits},
 		{name: "unsigned", sign: true, want: []string{"unsigned"}, is: ErrBadSignature},
 		{name: "out is input", setup: func(s *memStore, j *Job) { j.Out = j.X }, want: []string{"overwrite an input"}, is: ErrInvalidJob},
 	}

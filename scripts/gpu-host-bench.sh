@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make bench on a host that has no Go, no apt and no network (the lent GPU
-# machine): pack here, run there.
+# make bench on a host that has no Go, no apt and no network (a GPU host):
+# pack here, run there.
 #
 #   scripts/gpu-host-bench.sh pack            # here: .devcarry/c.tar.xz (about 27 MB):
 #                                             # bin/{worker,bench} (CGO_ENABLED=0, stripped),

@@ -211,7 +211,7 @@ __device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
 // Group grp of a job takes rows grp, grp+G, grp+2G, ... (G = J.g groups):
 // the blocks of a launch sweep the tensor side by side, as a copy does,
 // which measured 5-6 points of copy bandwidth over contiguous runs of rows
-// per block at 16384x4096 on the H200 (cuda/NOTES.md, run 9). The order of a
+// per block at 16384x4096 on the H200 (docs/cuda.md, run 9). The order of a
 // group's rows is fixed, so its dw partial's summation order is too.
 __device__ __forceinline__ int group_rows(const Job& J, int grp) { return (J.rows - grp + J.g - 1) / J.g; }
 #define rowOf(b) ((size_t)grp + (size_t)(b) * (size_t)G)
@@ -222,7 +222,7 @@ __device__ __forceinline__ int group_rows(const Job& J, int grp) { return (J.row
 // group is in flight while this one is reduced and written: two register
 // slots, the row loop unrolled by two so that the slot index is a constant
 // (a run-time index would put the arrays in local memory). Measured on the
-// H200 (cuda/NOTES.md, run 4): holding w in registers instead of
+// H200 (docs/cuda.md, run 4): holding w in registers instead of
 // re-reading it twice per row took the register path from 77% to 93% of the
 // device copy at 16384x4096.
 //
@@ -555,7 +555,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 // that are a multiple of 4 from 4100 to 8192 (3 or 4 chunks per thread, the
 // row and w in registers: 128 registers, no spills). One 256-thread block
 // holding 8 chunks per thread spilled; two 512-thread blocks per SM left 64
-// registers and spilled too (cuda/NOTES.md, run 4).
+// registers and spilled too (docs/cuda.md, run 4).
 #define RMS_WIDE_THREADS 512
 extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
     rms_norm_backward_rows512_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {

@@ -339,7 +339,7 @@ func (r *Router) readHeader(ctx context.Context, s Store, ref Ref, key string, p
 		return nil, "", nil, buf, err
 	}
 	if r.maxHeader > 0 && n > r.maxHeader {
-		return nil, "", nil, buf, errorf(ErrTooLarge, "header length %d exceeds the header limit of %d bytes this reader is configured with", n, r.maxHeader)
+		return nil, "", nil, buf, errorf(ErrTooLarge, "header length %d exceeds the header limit of %d bytes (WithMaxHeaderBytes: the worker's limits.max_header_bytes)", n, r.maxHeader)
 	}
 	hdr := probe[safetensors.PrefixSize:]
 	if int64(len(hdr)) >= n {

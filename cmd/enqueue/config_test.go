@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/rmsgrad/rmsgrad/internal/devstate"
 )
 
 // clearEnv blanks every variable the CLI reads, so the caller's
@@ -18,7 +20,7 @@ import (
 func clearEnv(t *testing.T) {
 	for _, k := range []string{"RMSGRAD_ENQUEUE_CONFIG", "RMSGRAD_REDIS_ADDR", "RMSGRAD_REDIS_USERNAME", "RMSGRAD_REDIS_PASSWORD",
 		"RMSGRAD_QUEUE", "RMSGRAD_FILE_ROOT", "RMSGRAD_UPLOAD_PREFIX", "RMSGRAD_S3_ENDPOINT", "RMSGRAD_S3_ACCESS_KEY",
-		"RMSGRAD_S3_SECRET_KEY", "RMSGRAD_SIGNING_KEY"} {
+		"RMSGRAD_S3_SECRET_KEY", "RMSGRAD_SIGNING_KEY", "RMSGRAD_DEV_DIR"} {
 		t.Setenv(k, "")
 	}
 }
@@ -166,10 +168,81 @@ func TestShippedConfigIsTheDefaults(t *testing.T) {
 	}
 	def := defaultConfig()
 	cfg.redisFrom, def.redisFrom = "", ""
+	cfg.file, def.file = "", ""
 	if len(cfg.Storage.S3.Buckets) == 0 {
 		cfg.Storage.S3.Buckets = nil // "buckets: []" in the file
 	}
 	if !reflect.DeepEqual(cfg, def) {
 		t.Fatalf("configs/enqueue.yaml differs from the defaults:\nfile     %+v\ndefaults %+v", cfg, def)
+	}
+}
+
+// TestDevStatePrecedence: a dev worker's state file in ./rmsgrad-dev is
+// used only when nothing sets a Redis address; one named by --dev-dir or
+// RMSGRAD_DEV_DIR wins over the file and the environment; --redis and
+// --root win over everything.
+func TestDevStatePrecedence(t *testing.T) {
+	clearEnv(t)
+	work := t.TempDir()
+	t.Chdir(work)
+	dev := filepath.Join(work, "rmsgrad-dev")
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := devstate.Write(dev, devstate.State{RedisAddr: "127.0.0.1:7001", FileRoot: dev, PID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := devstate.Write(other, devstate.State{RedisAddr: "127.0.0.1:7002", FileRoot: other, PID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	fileAddr := filepath.Join(work, "addr.yaml")
+	writeFile(t, fileAddr, "redis:\n  addr: file-host:1\n")
+	fileRoot := filepath.Join(work, "root.yaml")
+	writeFile(t, fileRoot, "storage:\n  file_root: /file-root\n")
+	devUploads := "file://" + filepath.Join(dev, "uploads") + "/"
+	type want struct{ addr, root, prefix, from string }
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want want
+	}{
+		{"nothing set: the dev worker here", nil, nil,
+			want{"127.0.0.1:7001", dev, devUploads, "the dev worker's state file rmsgrad-dev/dev.json"}},
+		{"file sets only file_root", nil, []string{"--config", fileRoot},
+			want{"127.0.0.1:7001", "/file-root", devUploads, "the dev worker's state file rmsgrad-dev/dev.json"}},
+		{"file sets redis.addr", nil, []string{"--config", fileAddr}, want{"file-host:1", "", "", "redis.addr in " + fileAddr}},
+		{"env sets it", map[string]string{"RMSGRAD_REDIS_ADDR": "env-host:2"}, nil, want{"env-host:2", "", "", "env RMSGRAD_REDIS_ADDR"}},
+		{"--redis", nil, []string{"--redis", "flag-host:3"}, want{"flag-host:3", "", "", "flag --redis"}},
+		{"--dev-dir over the file", nil, []string{"--config", fileAddr, "--dev-dir", other},
+			want{"127.0.0.1:7002", other, "file://" + filepath.Join(other, "uploads") + "/", "the dev worker's state file " + filepath.Join(other, "dev.json")}},
+		{"RMSGRAD_DEV_DIR over the env address", map[string]string{devstate.EnvDir: other, "RMSGRAD_REDIS_ADDR": "env-host:2"}, nil,
+			want{"127.0.0.1:7002", other, "file://" + filepath.Join(other, "uploads") + "/", "the dev worker's state file " + filepath.Join(other, "dev.json")}},
+		{"--redis and --root over --dev-dir", nil, []string{"--dev-dir", other, "--redis", "flag-host:3", "--root", "/flag-root"},
+			want{"flag-host:3", "/flag-root", "", "flag --redis"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := parseConn(t, c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{cfg.Redis.Addr, cfg.Storage.FileRoot, cfg.Storage.UploadPrefix, cfg.redisFrom}
+			if got != c.want {
+				t.Fatalf("got  %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+	if _, err := parseConn(t, "--dev-dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "no dev worker in") {
+		t.Errorf("--dev-dir without a state file: %v", err)
+	}
+	if err := os.WriteFile(devstate.Path(dev), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseConn(t); err == nil || !strings.Contains(err.Error(), "dev.json") {
+		t.Errorf("a corrupt state file: %v, want an error naming it", err)
 	}
 }

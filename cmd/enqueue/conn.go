@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage"
@@ -26,8 +29,12 @@ func openClient(c config) (*jobs.Client, error) {
 	client := jobs.NewClient(opt, opts...)
 	if err := client.Ping(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s (from %s; set --redis, RMSGRAD_REDIS_ADDR or redis.addr in configs/enqueue.yaml): %w",
-			c.redisShown(), c.redisFrom, err)
+		if c.dev != nil {
+			return nil, fmt.Errorf("cannot reach Redis at %s (from %s: is that dev worker, pid %d, still running? start it again with worker --dev, or set --redis, RMSGRAD_REDIS_ADDR or %s): %w",
+				c.redisShown(), c.redisFrom, c.dev.PID, c.configHint(), err)
+		}
+		return nil, fmt.Errorf("cannot reach Redis at %s (from %s; set --redis, RMSGRAD_REDIS_ADDR or %s, or start worker --dev in this directory): %w",
+			c.redisShown(), c.redisFrom, c.configHint(), err)
 	}
 	return client, nil
 }
@@ -39,7 +46,7 @@ func openStorage(ctx context.Context, c config) (*storage.Router, error) {
 	if c.Storage.FileRoot != "" {
 		fs, err := file.New(c.Storage.FileRoot)
 		if err != nil {
-			return nil, fmt.Errorf("config: storage.file_root: %w", err)
+			return nil, fmt.Errorf("config: storage.file_root (RMSGRAD_FILE_ROOT, --root): %w", err)
 		}
 		r.Register("file", fs)
 	}
@@ -62,4 +69,30 @@ func openStorage(ctx context.Context, c config) (*storage.Router, error) {
 		r.Register("s3", st)
 	}
 	return r, nil
+}
+
+// noteConnection tells the user on stderr, before jobs go out, what would
+// otherwise look like a job that never runs: Redis taken from the bare
+// default (no flag, variable, config file or dev worker set it), or no
+// worker serving the queue on that Redis right now.
+func noteConnection(stderr io.Writer, c config) {
+	if c.redisFrom == "the default" {
+		fmt.Fprintf(stderr, "enqueue: using Redis at %s, the default: no --redis, RMSGRAD_REDIS_ADDR, config file or dev worker (./rmsgrad-dev/dev.json) names one\n", c.redisShown())
+	}
+	opt, err := c.redisOpt()
+	if err != nil {
+		return
+	}
+	insp := asynq.NewInspector(opt)
+	defer insp.Close()
+	servers, err := insp.Servers()
+	if err != nil {
+		return
+	}
+	for _, s := range servers {
+		if _, ok := s.Queues[c.Queue]; ok {
+			return
+		}
+	}
+	fmt.Fprintf(stderr, "enqueue: note: no worker serves queue %q on Redis %s (from %s) right now; jobs wait there until one starts\n", c.Queue, c.redisShown(), c.redisFrom)
 }

@@ -8,7 +8,8 @@
 //	enqueue result ID
 //
 // Connection settings come from flags, the environment (RMSGRAD_REDIS_ADDR,
-// RMSGRAD_REDIS_PASSWORD, ...) or configs/enqueue.yaml.
+// RMSGRAD_REDIS_PASSWORD, ...) or configs/enqueue.yaml; with no Redis
+// address set, from a dev worker's state file (internal/devstate).
 package main
 
 import (
@@ -22,6 +23,8 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 )
 
 const usage = `usage: enqueue <command> [flags]
@@ -38,9 +41,12 @@ Run 'enqueue <command> -h' for its flags. Every command takes --json.
 Connection settings: flags, then the environment (RMSGRAD_REDIS_ADDR,
 RMSGRAD_QUEUE, RMSGRAD_FILE_ROOT, RMSGRAD_UPLOAD_PREFIX, RMSGRAD_S3_ENDPOINT),
 then the config file (--config, RMSGRAD_ENQUEUE_CONFIG, else
-configs/enqueue.yaml when present). Secrets only from the environment
-(RMSGRAD_REDIS_PASSWORD, RMSGRAD_S3_ACCESS_KEY, RMSGRAD_S3_SECRET_KEY,
-RMSGRAD_SIGNING_KEY) or files the config names.
+configs/enqueue.yaml when present). When none of them sets a Redis address,
+a dev worker (worker --dev) started in this directory is found through
+./rmsgrad-dev/dev.json; --dev-dir DIR or RMSGRAD_DEV_DIR name another.
+Secrets only from the environment (RMSGRAD_REDIS_PASSWORD,
+RMSGRAD_S3_ACCESS_KEY, RMSGRAD_S3_SECRET_KEY, RMSGRAD_SIGNING_KEY) or files
+the config names. Every key: docs/configuration.md.
 
 Exit status: 0 success; 1 a job failed, or an error (Redis unreachable,
 storage, invalid job); 2 bad usage; 3 'result' of a job not finished yet.
@@ -84,9 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "wait":
 		err = cmdWait(ctx, args[1:], stdout, stderr)
 	case "status":
-		err = cmdStatus(ctx, args[1:], stdout)
+		err = cmdStatus(ctx, args[1:], stdout, stderr)
 	case "result":
-		err = cmdResult(ctx, args[1:], stdout)
+		err = cmdResult(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -97,10 +103,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+	if !cliflag.Printed(err) {
+		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	return 1
+	return cliflag.ExitCode(err)
+}
+
+// subcommands' synopses, the first lines of their --help.
+var synopses = map[string]string{
+	"submit": `usage: enqueue submit --x X --w W --dy DY --out OUT [flags]
+
+Enqueue one job. X, W, DY: tensor URIs (s3://bucket/key#name,
+file:///abs/path#name) or local safetensors files (path or path#name): a
+file under the file store root is passed as a file:// URI, any other is
+uploaded under the upload prefix first. OUT: the output object, an
+s3://bucket/key or file:///abs/path URI (no #name: the outputs are stored
+in it under their own names), or a local path under the file store root.
+Inputs are checked to exist before the job is enqueued.
+`,
+	"synth":  "usage: enqueue synth --count N --shape ROWSxDIM[,...] [flags]\n\nEnqueue seeded random jobs; with --wait, check every output against the float64 oracle.\n",
+	"wait":   "usage: enqueue wait [flags] ID...\n\nWait for jobs to finish, with progress, then print a table and a summary.\n",
+	"status": "usage: enqueue status [flags] ID\n\nPrint a job's state, retries and last error.\n",
+	"result": "usage: enqueue result [flags] ID\n\nPrint a completed job's result (exit 1 if it failed, 3 if it has not finished).\n",
+}
+
+// newFlags makes a subcommand's flag set: its --help prints the synopsis,
+// then the flags.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\nflags:\n", synopses[name])
+		fs.PrintDefaults()
+	}
+	return fs
 }

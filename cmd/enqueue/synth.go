@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rmsgrad/rmsgrad/compute/computetest"
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage"
 )
@@ -68,8 +68,7 @@ func parseShapes(s string) ([]shape, error) {
 }
 
 func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("synth", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("synth")
 	var cf connFlags
 	cf.register(fs)
 	count := fs.Int("count", 100, "number of jobs")
@@ -80,15 +79,15 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	run := fs.String("run", "", "run name used in object keys and task ids (default: time-based)")
 	wait := fs.Bool("wait", false, "wait for every job and check its outputs against the CPU oracle")
 	parallel := fs.Int("parallel", 8, "uploads and checks in parallel")
-	if err := fs.Parse(args); err != nil {
-		return &exitError{2, err}
+	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	shp, err := parseShapes(*shapes)
 	if err != nil {
-		return &exitError{2, err}
+		return &cliflag.UsageError{Err: err}
 	}
 	if *count <= 0 {
-		return &exitError{2, errors.New("--count must be > 0")}
+		return cliflag.Usagef("--count must be > 0")
 	}
 	c, err := loadConfig(&cf)
 	if err != nil {
@@ -102,7 +101,7 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		base = "file://" + strings.TrimRight(absPath(c.Storage.FileRoot), "/") + "/synth"
 	}
 	if base == "" {
-		return &exitError{2, errors.New("no place for inputs: set --prefix, upload_prefix or the file store root")}
+		return cliflag.Usagef("no place for inputs: set --prefix, storage.upload_prefix (RMSGRAD_UPLOAD_PREFIX, --upload-prefix) or storage.file_root (RMSGRAD_FILE_ROOT, --root), or start worker --dev in this directory")
 	}
 	base = strings.TrimRight(base, "/")
 	if *run == "" {
@@ -117,6 +116,7 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer client.Close()
+	noteConnection(stderr, c)
 
 	// Upload inputs and enqueue, in parallel.
 	ids := make([]string, *count)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
@@ -27,17 +27,16 @@ type outcome struct {
 }
 
 func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("wait")
 	var cf connFlags
 	cf.register(fs)
 	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait until done or interrupted)")
-	if err := fs.Parse(args); err != nil {
-		return &exitError{2, err}
+	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	ids := fs.Args()
 	if len(ids) == 0 {
-		return &exitError{2, errors.New("no job ids given")}
+		return cliflag.Usagef("no job ids given")
 	}
 	c, err := loadConfig(&cf)
 	if err != nil {
@@ -160,8 +159,8 @@ func report(stdout io.Writer, asJSON bool, outs []outcome) error {
 	return nil
 }
 
-func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
-	return oneJob(ctx, "status", args, stdout, func(st *jobs.Status, asJSON bool) error {
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return oneJob(ctx, "status", args, stdout, stderr, func(st *jobs.Status, asJSON bool) error {
 		if asJSON {
 			return json.NewEncoder(stdout).Encode(st)
 		}
@@ -174,8 +173,8 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	})
 }
 
-func cmdResult(ctx context.Context, args []string, stdout io.Writer) error {
-	return oneJob(ctx, "result", args, stdout, func(st *jobs.Status, asJSON bool) error {
+func cmdResult(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return oneJob(ctx, "result", args, stdout, stderr, func(st *jobs.Status, asJSON bool) error {
 		switch st.State {
 		case jobs.StateCompleted:
 			return printOutcome(stdout, asJSON, st.ID, st.Result, nil)
@@ -186,15 +185,15 @@ func cmdResult(ctx context.Context, args []string, stdout io.Writer) error {
 	})
 }
 
-func oneJob(ctx context.Context, name string, args []string, stdout io.Writer, show func(*jobs.Status, bool) error) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+func oneJob(ctx context.Context, name string, args []string, stdout, stderr io.Writer, show func(*jobs.Status, bool) error) error {
+	fs := newFlags(name)
 	var cf connFlags
 	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return &exitError{2, err}
+	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
-		return &exitError{2, fmt.Errorf("want exactly one job id, got %d", fs.NArg())}
+		return cliflag.Usagef("want exactly one job id, got %d", fs.NArg())
 	}
 	c, err := loadConfig(&cf)
 	if err != nil {

@@ -8,11 +8,16 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
+	"github.com/rmsgrad/rmsgrad/internal/devstate"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
 )
 
 // Config is the worker's configuration: configs/worker.yaml documents every
@@ -94,9 +99,10 @@ type S3Config struct {
 	// net/http instead of the store's minimal HTTP/1.1 client
 	// (s3.Config.DisableFastPath): for a server the fast path mishandles.
 	DisableFastPath bool `yaml:"disable_fast_path"`
-	// MultipartThreshold and PartSize (bytes; 0: 128 MiB and 16 MiB):
-	// outputs up to the threshold go up in one PUT, larger ones as a
-	// multipart upload of PartSize parts (s3.Config).
+	// MultipartThreshold and PartSize (bytes; defaults 128 MiB and 16 MiB,
+	// s3.DefaultMultipartThreshold and s3.DefaultPartSize): outputs up to
+	// the threshold go up in one PUT, larger ones as a multipart upload of
+	// PartSize parts (s3.Config).
 	MultipartThreshold uint64 `yaml:"multipart_threshold"`
 	PartSize           uint64 `yaml:"part_size"`
 }
@@ -132,16 +138,41 @@ func defaultConfig() Config {
 		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20},
 		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
 		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
-		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true}},
-		Dev:         DevConfig{RedisAddr: "127.0.0.1:6390", Dir: "./rmsgrad-dev"},
+		Storage: StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true,
+			MultipartThreshold: s3.DefaultMultipartThreshold, PartSize: s3.DefaultPartSize}},
+		Dev: DevConfig{RedisAddr: "127.0.0.1:6390", Dir: devstate.DefaultDir},
 	}
 }
 
+// usage heads the worker's --help.
+const usage = `usage: worker [flags]
+
+The rmsgrad queue worker: takes RMSNorm-backward jobs from Redis, computes
+them in batches and stores the gradients. Settings come from the YAML file
+(--config or RMSGRAD_CONFIG), then RMSGRAD_* variables, then these flags;
+every key is in configs/worker.yaml and docs/configuration.md.
+--print-config shows the configuration the worker would run with.
+
+  worker --dev                       one process, nothing installed
+  worker --config /etc/rmsgrad/worker.yaml
+
+flags:
+`
+
 // loadConfig builds the effective configuration from args and the
-// environment. printOnly reports --print-config.
+// environment. printOnly reports --print-config. --help writes the usage
+// to stderr (loadConfigTo: to the stdout given) and returns flag.ErrHelp.
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (cfg Config, printOnly bool, err error) {
+	return loadConfigTo(args, getenv, stderr, stderr)
+}
+
+// loadConfigTo is loadConfig with --help's usage going to stdout.
+func loadConfigTo(args []string, getenv func(string) string, stdout, stderr io.Writer) (cfg Config, printOnly bool, err error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	path := fs.String("config", getenv("RMSGRAD_CONFIG"), "YAML config file (env RMSGRAD_CONFIG)")
 	printCfg := fs.Bool("print-config", false, "print the effective configuration (secrets redacted) and exit")
 	dev := fs.Bool("dev", false, "dev mode: embedded Redis and a local-disk store; nothing to install")
@@ -150,15 +181,15 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (cf
 	conc := fs.Int("concurrency", 0, "handler goroutines")
 	procs := fs.Int("procs", 0, "GOMAXPROCS: threads running Go code at once (0: Go's default)")
 	httpAddr := fs.String("http", "", "listen address of /metrics, /healthz, /readyz")
-	devRedis := fs.String("dev-redis", "", "dev mode: embedded Redis address")
-	devDir := fs.String("dev-dir", "", "dev mode: data directory (the file store's root)")
+	devRedis := fs.String("dev-redis", "", "dev mode: embedded Redis address (port 0: any free port)")
+	devDir := fs.String("dev-dir", "", "dev mode: data directory (the file store's root; enqueue finds the worker through its dev.json)")
 	fileRoot := fs.String("file-root", "", "root of file:// tensors")
 	logLevel := fs.String("log-level", "", "debug|info|warn|error")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
 		return cfg, false, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return cfg, false, cliflag.Usagef("unexpected arguments %q (every setting is a --flag; see worker --help)", fs.Args())
 	}
 	cfg = defaultConfig()
 	if *path != "" {
@@ -322,9 +353,20 @@ func loadSecrets(cfg *Config, getenv func(string) string) error {
 	return nil
 }
 
+// keyName is a key as messages show it: with its environment variable
+// when it has one, e.g. "budget_bytes (RMSGRAD_BUDGET_BYTES)".
+func keyName(key string) string {
+	for _, e := range envVars {
+		if e.key == key {
+			return key + " (" + e.env + ")"
+		}
+	}
+	return key
+}
+
 func (c *Config) validate() error {
 	bad := func(key, format string, args ...any) error {
-		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+		return fmt.Errorf("config: %s: %s", keyName(key), fmt.Sprintf(format, args...))
 	}
 	switch c.Backend {
 	case "auto", "cpu", "metal", "cuda":
@@ -403,9 +445,22 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// printConfig writes the effective configuration as YAML, then which
-// secrets are set and where from, never their values.
+// printConfig writes the effective configuration as YAML: every default
+// filled in, and in dev mode what dev mode changes (the embedded Redis,
+// the dev directory as the file root, cpu for auto). Then which secrets
+// are set and where from, never their values.
 func printConfig(w io.Writer, c Config) error {
+	if c.Dev.Enabled {
+		if err := applyDev(&c); err != nil {
+			return err
+		}
+		port0 := ""
+		if strings.HasSuffix(c.Dev.RedisAddr, ":0") {
+			port0 = "; port 0: a free port chosen at start"
+		}
+		fmt.Fprintf(w, "# dev mode: redis.addr is the worker's embedded Redis-protocol server (dev.redis_addr%s),\n", port0)
+		fmt.Fprintf(w, "# storage.file_root is dev.dir; while the worker runs, %s tells enqueue both.\n", devstate.Path(c.Storage.FileRoot))
+	}
 	if c.Redis.URL != "" {
 		if u, err := url.Parse(c.Redis.URL); err == nil && u.User != nil {
 			if _, ok := u.User.Password(); ok {
@@ -420,6 +475,9 @@ func printConfig(w io.Writer, c Config) error {
 	}
 	if _, err := w.Write(b); err != nil {
 		return err
+	}
+	if c.Procs == 0 {
+		fmt.Fprintf(w, "# procs 0: Go's default, GOMAXPROCS %d here\n", runtime.GOMAXPROCS(0))
 	}
 	fmt.Fprintln(w, "# secrets (values never printed):")
 	for _, name := range []string{"redis password", "s3 access key", "s3 secret key", "signing key"} {

@@ -26,15 +26,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
+	"github.com/rmsgrad/rmsgrad/internal/devstate"
+	"github.com/rmsgrad/rmsgrad/internal/logs"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	var logged loggedError
+	if err != nil && !cliflag.Printed(err) && !errors.As(err, &logged) {
 		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
 	}
+	os.Exit(cliflag.ExitCode(err))
 }
+
+// loggedError is an error run has written to the JSON log already: once
+// the logger exists, stderr carries nothing but JSON lines.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
 
 // setProcs applies the procs key: n > 0 sets GOMAXPROCS (over the GOMAXPROCS
 // variable, which Go reads at start); 0 keeps Go's default. It returns the
@@ -44,7 +55,7 @@ func main() {
 // Fewer than the host's cores pays on a GPU host: with the compute on the
 // device, what is left is network and bookkeeping in short bursts, and
 // every idle P the Go scheduler has is one more thread spinning to look
-// for work whenever a goroutine wakes (README, Configuration: procs).
+// for work whenever a goroutine wakes (docs/operations.md, GPU hosts).
 func setProcs(n int) int {
 	if n > 0 {
 		return runtime.GOMAXPROCS(n)
@@ -52,8 +63,8 @@ func setProcs(n int) int {
 	return runtime.GOMAXPROCS(0)
 }
 
-func run(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, printOnly, err := loadConfig(args, getenv, stderr)
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	cfg, printOnly, err := loadConfigTo(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -64,6 +75,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("worker", cfg.Worker)
 	slog.SetDefault(log)
+	// go-redis (under asynq) writes plain-text lines of its own, one per
+	// failed dial while Redis is down: into the same JSON stream instead.
+	logs.SetRedis(log)
+	defer func() {
+		if err != nil {
+			log.Error("worker stopped on an error", "err", err)
+			err = loggedError{err}
+		}
+	}()
 
 	defer runtime.GOMAXPROCS(setProcs(cfg.Procs))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -76,7 +96,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		}
 		defer m.Close()
 		fmt.Fprintf(stdout, "dev mode: embedded redis on %s, file store root %s\n", m.Addr(), cfg.Storage.FileRoot)
-		log.Info("dev mode", "redis", m.Addr(), "root", cfg.Storage.FileRoot)
+		log.Info("dev mode", "redis", m.Addr(), "root", cfg.Storage.FileRoot, "state_file", devstate.Path(cfg.Storage.FileRoot))
 	}
 	redis, err := redisOpt(cfg)
 	if err != nil {
@@ -125,7 +145,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		// Retries and recovered jobs move from "retry" to "pending" on
 		// this tick (default 5 s), which adds to every transient failure.
 		DelayedTaskCheckInterval: time.Second,
-		Logger:                   asynqLogger{log.With("component", "asynq")},
+		Logger:                   logs.Asynq(log),
 		LogLevel:                 asynq.WarnLevel,
 	})
 	insp := asynq.NewInspector(redis)
@@ -137,11 +157,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		depCheck{"redis", func(context.Context) error { return srv.Ping() }},
 		depCheck{"storage", store.Ping})
 	go probes.run(ctx)
+	var httpAddr string
 	if cfg.HTTPAddr != "" {
 		addr, err := serveHTTP(ctx, cfg.HTTPAddr, reg, probes, log)
 		if err != nil {
 			return err
 		}
+		httpAddr = addr
 		log.Info("http listening", "addr", addr, "paths", "/metrics /healthz /readyz")
 	}
 	mux := asynq.NewServeMux()
@@ -151,6 +173,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	}
 	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues,
 		"concurrency", cfg.Concurrency, "gomaxprocs", runtime.GOMAXPROCS(0), "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes, "go_memory_limit", memLimit)
+	if cfg.Dev.Enabled {
+		// Written once jobs are served, so that a CLI (or scripts/demo.sh)
+		// that finds the file finds a worker ready for them.
+		remove, err := announceDev(stdout, cfg, httpAddr)
+		if err != nil {
+			return err
+		}
+		defer remove()
+	}
 
 	<-ctx.Done()
 	stop() // a second signal kills the process the default way
@@ -221,12 +252,3 @@ func redisOpt(cfg Config) (asynq.RedisConnOpt, error) {
 	}
 	return asynq.RedisClientOpt{Addr: rc.Addr, DB: rc.DB, Username: rc.Username, Password: pw, TLSConfig: tlsCfg}, nil
 }
-
-// asynqLogger routes asynq's own logs into slog.
-type asynqLogger struct{ l *slog.Logger }
-
-func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
-func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
-func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
-func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }

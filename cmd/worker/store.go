@@ -40,7 +40,7 @@ func openStore(ctx context.Context, cfg Config) (*routerStore, error) {
 	if root := cfg.Storage.FileRoot; root != "" {
 		fs, err := file.New(root)
 		if err != nil {
-			return nil, fmt.Errorf("config: storage.file_root: %w", err)
+			return nil, fmt.Errorf("config: %s: %w", keyName("storage.file_root"), err)
 		}
 		rs.r.Register("file", fs)
 		rs.pings = append(rs.pings, func(ctx context.Context) error {
@@ -54,7 +54,7 @@ func openStore(ctx context.Context, cfg Config) (*routerStore, error) {
 		}
 	}
 	if len(rs.pings) == 0 {
-		return nil, errors.New("config: storage: neither storage.file_root nor storage.s3.endpoint is set")
+		return nil, errors.New("config: storage: neither storage.file_root (RMSGRAD_FILE_ROOT, --file-root) nor storage.s3.endpoint (RMSGRAD_S3_ENDPOINT) is set: the worker could read no tensor (or run worker --dev)")
 	}
 	return rs, nil
 }

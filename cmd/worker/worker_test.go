@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/rmsgrad/rmsgrad/internal/devstate"
 	"github.com/rmsgrad/rmsgrad/internal/testenv"
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage"
@@ -65,6 +68,14 @@ func TestWorkerDevMode(t *testing.T) {
 	if !strings.Contains(logs.String(), "dev mode: embedded redis on "+redisAddr) {
 		t.Fatalf("dev mode does not print its redis address:\n%s", logs.String())
 	}
+	// The state file the enqueue CLI reads, and the line telling the user.
+	st, err := devstate.Read(dir)
+	if err != nil || st.RedisAddr != redisAddr || st.FileRoot != dir || st.HTTPAddr != httpAddr || st.PID != cmd.Process.Pid {
+		t.Fatalf("dev state %+v (%v); want redis %s, root %s, http %s, pid %d", st, err, redisAddr, dir, httpAddr, cmd.Process.Pid)
+	}
+	if !strings.Contains(logs.String(), "enqueue --dev-dir "+dir) || !strings.Contains(logs.String(), devstate.Path(dir)) {
+		t.Fatalf("dev mode does not say how enqueue finds it:\n%s", logs.String())
+	}
 	router, js := writeInputs(t, dir, 20)
 	client := jobs.NewClient(asynq.RedisClientOpt{Addr: redisAddr}, jobs.WithPollInterval(20*time.Millisecond))
 	defer client.Close()
@@ -92,6 +103,9 @@ func TestWorkerDevMode(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("dev worker exit: %v", err)
+	}
+	if _, err := devstate.Read(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stopped dev worker left its state file: %v", err)
 	}
 }
 

@@ -6,7 +6,7 @@
 // a compute.Backend named "msl-cpu", used to run the conformance suite
 // against the shader's logic on Linux, where no Metal device exists.
 //
-// The launch geometry is shaders.MetalPlan, the same function the Metal
+// The launch plan is shaders.PlanMetal, the same function the Metal
 // backend encodes, and the kernel glue is generated from the [[buffer(n)]]
 // and built-in attributes in the source, so a binding the host gets wrong
 // fails here as it would on a Mac.

@@ -81,7 +81,7 @@ func (s *Store) rel(ref storage.Ref) (string, error) {
 			return p[1:], nil
 		}
 	}
-	return "", storage.Errorf(storage.ErrNotAllowed, "path is outside the file store root %s", s.roots[0])
+	return "", storage.Errorf(storage.ErrNotAllowed, "path is outside the file store root %s (storage.file_root)", s.roots[0])
 }
 
 // Check applies the root to ref without I/O (symlinks are checked on open).

@@ -292,12 +292,12 @@ func (s *Store) Check(ref storage.Ref, write bool) error {
 		return nil
 	}
 	if !bucketListed {
-		return storage.Errorf(storage.ErrNotAllowed, "bucket %q is not in the allow-list", ref.Bucket)
+		return storage.Errorf(storage.ErrNotAllowed, "bucket %q is not in the allow-list (storage.s3.allow)", ref.Bucket)
 	}
 	if write {
-		return storage.Errorf(storage.ErrNotAllowed, "key %q is outside the prefixes this worker may write in bucket %q", ref.Key, ref.Bucket)
+		return storage.Errorf(storage.ErrNotAllowed, "key %q is outside the prefixes this worker may write in bucket %q (storage.s3.allow)", ref.Key, ref.Bucket)
 	}
-	return storage.Errorf(storage.ErrNotAllowed, "key %q is outside the prefixes this worker may read in bucket %q", ref.Key, ref.Bucket)
+	return storage.Errorf(storage.ErrNotAllowed, "key %q is outside the prefixes this worker may read in bucket %q (storage.s3.allow)", ref.Key, ref.Bucket)
 }
 
 func hasAnyPrefix(key string, prefixes []string) bool {
@@ -767,8 +767,11 @@ const uploadThreads = 4
 // maxPut is the largest single PUT, and part, S3 accepts.
 const maxPut = 5 << 30
 
-// defaultMultipartThreshold is Config.MultipartThreshold's default.
-const defaultMultipartThreshold = 128 << 20
+// DefaultMultipartThreshold is Config.MultipartThreshold's default.
+const DefaultMultipartThreshold = 128 << 20
+
+// DefaultPartSize is Config.PartSize's default (minio-go's).
+const DefaultPartSize = 16 << 20
 
 // partPlan returns the part boundaries of an object of size bytes, or nil
 // for one PUT: objects up to the multipart threshold (and any of at most
@@ -782,11 +785,11 @@ const defaultMultipartThreshold = 128 << 20
 func (s *Store) partPlan(size int64) []int64 {
 	base := int64(s.part)
 	if base <= 0 {
-		base = 16 << 20
+		base = DefaultPartSize
 	}
 	thr := int64(s.threshold)
 	if thr <= 0 {
-		thr = defaultMultipartThreshold
+		thr = DefaultMultipartThreshold
 	}
 	n := size / base
 	if size <= thr || size <= minPart || n > 10000 {

@@ -113,7 +113,7 @@ func EncodeHeader(ts []Tensor, meta map[string]string) ([]byte, error) {
 	}
 	n := len(b) - PrefixSize
 	if n > MaxHeaderSize {
-		return nil, fmt.Errorf("%w: header length %d exceeds the limit of %d bytes", ErrTooLarge, n, MaxHeaderSize)
+		return nil, fmt.Errorf("%w: header length %d exceeds the safetensors format's cap of %d bytes (MaxHeaderSize, not a setting)", ErrTooLarge, n, MaxHeaderSize)
 	}
 	binary.LittleEndian.PutUint64(b, uint64(n))
 	return b, nil

@@ -110,7 +110,7 @@ func HeaderLength(prefix []byte, objectSize int64) (int64, error) {
 	}
 	n := binary.LittleEndian.Uint64(prefix)
 	if n > MaxHeaderSize {
-		return 0, fmt.Errorf("%w: header length %d exceeds the limit of %d bytes", ErrTooLarge, n, MaxHeaderSize)
+		return 0, fmt.Errorf("%w: header length %d exceeds the safetensors format's cap of %d bytes (MaxHeaderSize, not a setting)", ErrTooLarge, n, MaxHeaderSize)
 	}
 	if n < 2 {
 		return 0, fmt.Errorf("%w: header length %d is too short for a JSON object", ErrFormat, n)
@@ -147,7 +147,7 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 // from the header.
 func ParseHeader(header []byte, objectSize int64) (*Header, error) {
 	if len(header) > MaxHeaderSize {
-		return nil, fmt.Errorf("%w: header length %d exceeds the limit of %d bytes", ErrTooLarge, len(header), MaxHeaderSize)
+		return nil, fmt.Errorf("%w: header length %d exceeds the safetensors format's cap of %d bytes (MaxHeaderSize, not a setting)", ErrTooLarge, len(header), MaxHeaderSize)
 	}
 	if !utf8.Valid(header) {
 		return nil, fmt.Errorf("%w: header is not valid UTF-8", ErrFormat)

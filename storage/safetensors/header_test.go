@@ -28,7 +28,7 @@ func TestParseHeaderMalformed(t *testing.T) {
 		want string
 	}{
 		{"short prefix", []byte{1, 2, 3}, ErrFormat, "shorter than the 8-byte"},
-		{"header over limit", tooLong, ErrTooLarge, "exceeds the limit of 100000000"},
+		{"header over limit", tooLong, ErrTooLarge, "exceeds the safetensors format's cap of 100000000 bytes"},
 		{"header overruns object", overrun, ErrFormat, "overruns the object"},
 		{"not json", file("{nope", 0), ErrFormat, "invalid JSON"},
 		{"not an object", file(`["x"]  `, 0), ErrFormat, "does not start with '{'"},
