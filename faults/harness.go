@@ -95,6 +95,13 @@ type WorkerConfig struct {
 	RetryBase   time.Duration // default 200ms
 	RetryMax    time.Duration // default 2s
 	LogLevel    string        // default info
+	OutageHold  time.Duration // default 30s (the worker's)
+	// Limits and S3 settings; zero values keep the worker's defaults.
+	MaxHeaderBytes     int64
+	HeaderBudget       int64
+	MultipartThreshold int64
+	PartSize           int64
+	StaleUploadAge     time.Duration
 }
 
 func (c WorkerConfig) yaml(httpAddr string) string {
@@ -135,7 +142,43 @@ storage:
     allow: [{bucket: %s}]
 `, c.Name, or(int64(c.Concurrency), 64), ord(c.RetryBase, 200*time.Millisecond), ord(c.RetryMax, 2*time.Second),
 		httpAddr, lvl, or(c.BudgetBytes, 256<<20), or(int64(c.MaxJobs), 32), ord(c.MaxWait, 2*time.Millisecond),
-		c.Redis, c.S3Endpoint, Bucket)
+		c.Redis, c.S3Endpoint, Bucket) + c.s3Extra() + c.extra()
+}
+
+// s3Extra is the optional storage.s3 keys, indented under that section
+// (the last one yaml writes).
+func (c WorkerConfig) s3Extra() string {
+	var b strings.Builder
+	if c.MultipartThreshold > 0 {
+		fmt.Fprintf(&b, "    multipart_threshold: %d\n", c.MultipartThreshold)
+	}
+	if c.PartSize > 0 {
+		fmt.Fprintf(&b, "    part_size: %d\n", c.PartSize)
+	}
+	if c.StaleUploadAge > 0 {
+		fmt.Fprintf(&b, "    stale_upload_age: %v\n", c.StaleUploadAge)
+	}
+	return b.String()
+}
+
+// extra is the YAML of the optional top-level settings and of the limits
+// section (which yaml does not write), appended to the file.
+func (c WorkerConfig) extra() string {
+	var b strings.Builder
+	if c.OutageHold > 0 {
+		fmt.Fprintf(&b, "outage_hold: %v\n", c.OutageHold)
+	}
+	var lim []string
+	if c.MaxHeaderBytes > 0 {
+		lim = append(lim, fmt.Sprintf("max_header_bytes: %d", c.MaxHeaderBytes))
+	}
+	if c.HeaderBudget > 0 {
+		lim = append(lim, fmt.Sprintf("header_budget_bytes: %d", c.HeaderBudget))
+	}
+	if len(lim) > 0 {
+		fmt.Fprintf(&b, "limits: {%s}\n", strings.Join(lim, ", "))
+	}
+	return b.String()
 }
 
 // Worker is a running worker binary.

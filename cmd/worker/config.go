@@ -29,6 +29,7 @@ type Config struct {
 	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
 	RetryBase      time.Duration  `yaml:"retry_base"`
 	RetryMax       time.Duration  `yaml:"retry_max"`
+	OutageHold     time.Duration  `yaml:"outage_hold"` // longest a job waits at the readiness gate before going back to the queue
 	HTTPAddr       string         `yaml:"http_addr"` // /metrics, /healthz, /readyz; "" disables
 	LogLevel       string         `yaml:"log_level"` // debug|info|warn|error
 	BudgetBytes    int64          `yaml:"budget_bytes"`
@@ -126,7 +127,7 @@ func defaultConfig() Config {
 	return Config{
 		Worker: host, Backend: "auto", Concurrency: 64,
 		Queues:   map[string]int{"rmsnorm": 1},
-		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute,
+		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute, OutageHold: 30 * time.Second,
 		HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
 		BudgetBytes: 2 << 30,
 		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20},
@@ -350,6 +351,9 @@ func (c *Config) validate() error {
 	}
 	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
 		return bad("retry_base", "want 0 < retry_base <= retry_max, got %v and %v", c.RetryBase, c.RetryMax)
+	}
+	if c.OutageHold <= 0 {
+		return bad("outage_hold", "must be > 0, got %v", c.OutageHold)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -10,8 +10,10 @@ import (
 
 // TestConformance runs the suite every store passes against a real
 // versitygw, each subtest under its own key prefix.
-func TestConformance(t *testing.T) {
-	gw := gateway(t)
+func TestConformance(t *testing.T) { eachServer(t, testConformance) }
+
+func testConformance(t *testing.T, kind string) {
+	gw := gateway(t, kind)
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T) storetest.Fixture {
 		return storetest.Fixture{
