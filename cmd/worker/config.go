@@ -30,8 +30,8 @@ type Config struct {
 	RetryBase      time.Duration  `yaml:"retry_base"`
 	RetryMax       time.Duration  `yaml:"retry_max"`
 	OutageHold     time.Duration  `yaml:"outage_hold"` // longest a job waits at the readiness gate before going back to the queue
-	HTTPAddr       string         `yaml:"http_addr"` // /metrics, /healthz, /readyz; "" disables
-	LogLevel       string         `yaml:"log_level"` // debug|info|warn|error
+	HTTPAddr       string         `yaml:"http_addr"`   // /metrics, /healthz, /readyz; "" disables
+	LogLevel       string         `yaml:"log_level"`   // debug|info|warn|error
 	BudgetBytes    int64          `yaml:"budget_bytes"`
 	Limits         LimitsConfig   `yaml:"limits"`
 	Batch          BatchCfg       `yaml:"batch"`

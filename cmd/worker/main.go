@@ -114,13 +114,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return err
 	}
 	srv := asynq.NewServer(redis, asynq.Config{
-		Concurrency:     cfg.Concurrency,
-		Queues:          cfg.Queues,
-		StrictPriority:  cfg.StrictPrio,
-		RetryDelayFunc:  jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
+		Concurrency:    cfg.Concurrency,
+		Queues:         cfg.Queues,
+		StrictPriority: cfg.StrictPrio,
+		RetryDelayFunc: jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
 		// An outage (storage down, Redis gone while a result is written,
 		// a job held at the gate) does not use up a job's retries.
-		IsFailure: jobs.IsFailure,
+		IsFailure:       jobs.IsFailure,
 		ShutdownTimeout: cfg.Shutdown,
 		// asynq polls (it does not block on Redis): when the queues are
 		// empty, its fetcher sleeps 0.5-1.5 x TaskCheckInterval (default
