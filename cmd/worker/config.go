@@ -29,9 +29,8 @@ type Config struct {
 	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
 	RetryBase      time.Duration  `yaml:"retry_base"`
 	RetryMax       time.Duration  `yaml:"retry_max"`
-	OutageHold     time.Duration  `yaml:"outage_hold"` // longest a job waits at the readiness gate before going back to the queue
-	HTTPAddr       string         `yaml:"http_addr"`   // /metrics, /healthz, /readyz; "" disables
-	LogLevel       string         `yaml:"log_level"`   // debug|info|warn|error
+	HTTPAddr       string         `yaml:"http_addr"` // /metrics, /healthz, /readyz; "" disables
+	LogLevel       string         `yaml:"log_level"` // debug|info|warn|error
 	BudgetBytes    int64          `yaml:"budget_bytes"`
 	Limits         LimitsConfig   `yaml:"limits"`
 	Batch          BatchCfg       `yaml:"batch"`
@@ -39,6 +38,10 @@ type Config struct {
 	Storage        StorageConfig  `yaml:"storage"`
 	SigningKeyFile string         `yaml:"signing_key_file"`
 	Dev            DevConfig      `yaml:"dev"`
+
+	// OutageHold is the longest a job waits at the readiness gate
+	// (jobs.Gate) before going back to the queue.
+	OutageHold time.Duration `yaml:"outage_hold"`
 
 	secrets secrets
 }
