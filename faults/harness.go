@@ -383,6 +383,13 @@ func (in *Input) Job(out string, outputs ...string) jobs.Job {
 // the CPU backend, one job per command buffer.
 func (e *Env) Inputs(t testing.TB, prefix string, seed uint64, shapes ...[2]int) []*Input {
 	t.Helper()
+	return e.InputsMeta(t, prefix, seed, nil, shapes...)
+}
+
+// InputsMeta is Inputs with meta as each object's __metadata__ (a large
+// one makes a large header).
+func (e *Env) InputsMeta(t testing.TB, prefix string, seed uint64, meta map[string]string, shapes ...[2]int) []*Input {
+	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	be := cpu.New()
@@ -404,7 +411,7 @@ func (e *Env) Inputs(t testing.TB, prefix string, seed uint64, shapes ...[2]int)
 			safetensors.F32("x", []int{rows, dim}, x),
 			safetensors.F32("w", []int{dim}, w),
 			safetensors.F32("dy", []int{rows, dim}, dy),
-		}, nil); err != nil {
+		}, meta); err != nil {
 			t.Fatalf("faults: upload %s: %v", obj, err)
 		}
 		alloc := func(vals []float32, shape ...int) compute.Buffer {

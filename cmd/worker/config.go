@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
 
 // Config is the worker's configuration: configs/worker.yaml documents every
@@ -51,8 +53,11 @@ type LimitsConfig struct {
 	MaxElements int64 `yaml:"max_elements"`
 	MaxJobBytes int64 `yaml:"max_job_bytes"`
 	// MaxHeaderBytes bounds the safetensors JSON header of each input
-	// object, read whole into memory outside the budget.
+	// object, read whole into memory.
 	MaxHeaderBytes int64 `yaml:"max_header_bytes"`
+	// HeaderBudgetBytes bounds the memory of the headers being read and
+	// parsed at once (storage.WithHeaderBudget), beside budget_bytes.
+	HeaderBudgetBytes int64 `yaml:"header_budget_bytes"`
 }
 
 // BatchCfg says when the batcher flushes.
@@ -79,6 +84,10 @@ type RedisConfig struct {
 type StorageConfig struct {
 	FileRoot string   `yaml:"file_root"` // file:// URIs must lie under it; "" disables file://
 	S3       S3Config `yaml:"s3"`
+	// FileAllow, when set, limits file:// URIs to these prefixes under
+	// FileRoot, each read-write or read-only (file.Rule); empty: the whole
+	// root, read-write.
+	FileAllow []FileRule `yaml:"file_allow"`
 	// DisableSharedReads makes every job read its inputs' objects itself,
 	// even when another job is reading the same object at that moment
 	// (storage.WithSharedReads): for inputs overwritten while jobs run.
@@ -105,10 +114,19 @@ type S3Config struct {
 	PartSize           uint64 `yaml:"part_size"`
 }
 
-// AllowRule permits a bucket, optionally only under a key prefix.
+// FileRule opens a prefix under storage.file_root (relative to it, e.g.
+// "in/"), for reading, and for writing unless read_only.
+type FileRule struct {
+	Prefix   string `yaml:"prefix"`
+	ReadOnly bool   `yaml:"read_only"`
+}
+
+// AllowRule permits a bucket, optionally only under a key prefix, and
+// only for reading when read_only.
 type AllowRule struct {
-	Bucket string `yaml:"bucket"`
-	Prefix string `yaml:"prefix"`
+	Bucket   string `yaml:"bucket"`
+	Prefix   string `yaml:"prefix"`
+	ReadOnly bool   `yaml:"read_only"`
 }
 
 // DevConfig is --dev: an embedded Redis and a local-disk store.
@@ -133,7 +151,7 @@ func defaultConfig() Config {
 		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute, OutageHold: 30 * time.Second,
 		HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
 		BudgetBytes: 2 << 30,
-		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20},
+		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20, HeaderBudgetBytes: 64 << 20},
 		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
 		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
 		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true}},
@@ -375,6 +393,9 @@ func (c *Config) validate() error {
 	if c.Limits.MaxHeaderBytes <= 0 || c.Limits.MaxHeaderBytes > 100_000_000 {
 		return bad("limits.max_header_bytes", "must be in 1..100000000 (the safetensors cap), got %d", c.Limits.MaxHeaderBytes)
 	}
+	if need := safetensors.ParseCost(c.Limits.MaxHeaderBytes); c.Limits.HeaderBudgetBytes < need {
+		return bad("limits.header_budget_bytes", "%d is too small for limits.max_header_bytes %d: reading and parsing one such header takes up to %d bytes", c.Limits.HeaderBudgetBytes, c.Limits.MaxHeaderBytes, need)
+	}
 	if c.Batch.MaxJobs <= 0 {
 		return bad("batch.max_jobs", "must be > 0, got %d", c.Batch.MaxJobs)
 	}
@@ -398,6 +419,11 @@ func (c *Config) validate() error {
 	}
 	if c.Dev.Enabled && c.Dev.Dir == "" {
 		return bad("dev.dir", "must be set in dev mode")
+	}
+	for i, r := range c.Storage.FileAllow {
+		if r.Prefix == "" || strings.HasPrefix(r.Prefix, "/") {
+			return bad(fmt.Sprintf("storage.file_allow[%d].prefix", i), "want a path relative to storage.file_root, such as \"out/\", got %q", r.Prefix)
+		}
 	}
 	for i, r := range c.Storage.S3.Allow {
 		if r.Bucket == "" {

@@ -82,7 +82,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	memLimit := boundMemory(cfg.BudgetBytes, getenv)
+	memLimit := boundMemory(cfg.BudgetBytes, cfg.Limits.HeaderBudgetBytes, getenv)
 	be, err := openBackend(cfg.Backend, log)
 	if err != nil {
 		return err

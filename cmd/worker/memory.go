@@ -18,13 +18,16 @@ const memHeadroom = 64 << 20
 // worker no longer sees do not stay resident; and unless GOMEMLIMIT is set,
 // Go's soft memory limit becomes 1.5 x the budget + memHeadroom, so the
 // collector runs before garbage tensor buffers double the heap (GOGC=100
-// would let it grow to twice the live size). It returns the soft limit.
-func boundMemory(budget int64, getenv func(string) string) int64 {
+// would let it grow to twice the live size). The header budget
+// (limits.header_budget_bytes) adds to the soft limit: headers being read
+// and parsed hold up to that much besides the tensor buffers. It returns
+// the soft limit.
+func boundMemory(budget, headerBudget int64, getenv func(string) string) int64 {
 	backends["cpu"] = func() (compute.Backend, error) { return cpu.New(cpu.PoolLimit(budget + budget/4)), nil }
 	if getenv("GOMEMLIMIT") != "" {
 		return debug.SetMemoryLimit(-1) // the operator's
 	}
-	limit := budget + budget/2 + memHeadroom
+	limit := budget + budget/2 + headerBudget + memHeadroom
 	debug.SetMemoryLimit(limit)
 	return limit
 }

@@ -34,11 +34,15 @@ func (s *routerStore) Ping(ctx context.Context) error {
 // file_root is set, S3 when an endpoint is. No store at all is a config
 // error: the worker could not read a single tensor.
 func openStore(ctx context.Context, cfg Config) (*routerStore, error) {
-	r := storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes),
+	r := storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes), storage.WithHeaderBudget(cfg.Limits.HeaderBudgetBytes),
 		storage.WithSharedReads(!cfg.Storage.DisableSharedReads))
 	rs := &routerStore{Store: jobstore.Store{R: r}, r: r}
 	if root := cfg.Storage.FileRoot; root != "" {
-		fs, err := file.New(root)
+		var rules []file.Rule
+		for _, r := range cfg.Storage.FileAllow {
+			rules = append(rules, file.Rule{Prefix: r.Prefix, ReadOnly: r.ReadOnly})
+		}
+		fs, err := file.New(root, rules...)
 		if err != nil {
 			return nil, fmt.Errorf("config: storage.file_root: %w", err)
 		}

@@ -32,7 +32,7 @@ func s3Config(cfg Config) s3.Config {
 		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile, DisableFastPath: c.DisableFastPath,
 		MultipartThreshold: c.MultipartThreshold, PartSize: c.PartSize}
 	for _, a := range c.Allow {
-		r := s3.AllowRule{Bucket: a.Bucket}
+		r := s3.AllowRule{Bucket: a.Bucket, ReadOnly: a.ReadOnly}
 		if a.Prefix != "" {
 			r.Prefixes = []string{a.Prefix}
 		}
