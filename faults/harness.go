@@ -64,10 +64,17 @@ type Env struct {
 	Insp   *asynq.Inspector
 }
 
-// NewEnv starts the servers; redisArgs go to redis-server's command line.
+// NewEnv starts the servers (versitygw for S3); redisArgs go to
+// redis-server's command line.
 func NewEnv(t testing.TB, redisArgs ...string) *Env {
 	t.Helper()
-	e := &Env{Redis: testenv.Redis(t, redisArgs...), S3: testenv.Versitygw(t, Bucket)}
+	return NewEnvOn(t, "versitygw", redisArgs...)
+}
+
+// NewEnvOn is NewEnv with the S3 server of kind (testenv.S3Servers).
+func NewEnvOn(t testing.TB, kind string, redisArgs ...string) *Env {
+	t.Helper()
+	e := &Env{Redis: testenv.Redis(t, redisArgs...), S3: testenv.StartS3(t, kind, Bucket)}
 	st, err := s3.New(context.Background(), s3.Config{Endpoint: e.S3.Endpoint(), Region: "us-east-1",
 		AccessKey: e.S3.AccessKey, SecretKey: e.S3.SecretKey, Allow: []s3.AllowRule{{Bucket: Bucket}}})
 	if err != nil {
@@ -596,9 +603,10 @@ type Proxy struct {
 	Addr string // host:port for the worker's storage.s3.endpoint
 	srv  *httptest.Server
 
-	mu   sync.Mutex
-	hold bool
-	gate chan struct{}
+	mu     sync.Mutex
+	hold   bool
+	holdIf func(*http.Request) bool // nil: every PUT
+	gate   chan struct{}
 	held atomic.Int64
 	puts atomic.Int64
 }
@@ -618,6 +626,9 @@ func NewProxy(t testing.TB, upstream string) *Proxy {
 			p.puts.Add(1)
 			p.mu.Lock()
 			hold, gate := p.hold, p.gate
+			if hold && p.holdIf != nil {
+				hold = p.holdIf(r)
+			}
 			p.mu.Unlock()
 			if hold {
 				half := r.ContentLength / 2
@@ -641,6 +652,14 @@ func (p *Proxy) Hold() {
 	p.mu.Unlock()
 }
 
+// HoldIf makes the later PUTs for which f is true stall half way
+// through their body.
+func (p *Proxy) HoldIf(f func(*http.Request) bool) {
+	p.mu.Lock()
+	p.hold, p.holdIf = true, f
+	p.mu.Unlock()
+}
+
 // Held returns how many uploads are stalled half way now.
 func (p *Proxy) Held() int { return int(p.held.Load()) }
 
@@ -654,7 +673,7 @@ func (p *Proxy) Release() {
 	if p.hold {
 		close(p.gate)
 		p.gate = make(chan struct{})
-		p.hold = false
+		p.hold, p.holdIf = false, nil
 	}
 }
 

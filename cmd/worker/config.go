@@ -112,6 +112,10 @@ type S3Config struct {
 	// multipart upload of PartSize parts (s3.Config).
 	MultipartThreshold uint64 `yaml:"multipart_threshold"`
 	PartSize           uint64 `yaml:"part_size"`
+	// StaleUploadAge: multipart uploads under the writable allow-list
+	// older than this are aborted, at start and every half of it (0: never;
+	// cmd/worker/janitor.go).
+	StaleUploadAge time.Duration `yaml:"stale_upload_age"`
 }
 
 // FileRule opens a prefix under storage.file_root (relative to it, e.g.
@@ -154,7 +158,7 @@ func defaultConfig() Config {
 		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20, HeaderBudgetBytes: 64 << 20},
 		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
 		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
-		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true}},
+		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true, StaleUploadAge: 6 * time.Hour}},
 		Dev:         DevConfig{RedisAddr: "127.0.0.1:6390", Dir: "./rmsgrad-dev"},
 	}
 }
@@ -419,6 +423,9 @@ func (c *Config) validate() error {
 	}
 	if c.Dev.Enabled && c.Dev.Dir == "" {
 		return bad("dev.dir", "must be set in dev mode")
+	}
+	if c.Storage.S3.StaleUploadAge < 0 || (c.Storage.S3.StaleUploadAge > 0 && c.Storage.S3.StaleUploadAge < time.Second) {
+		return bad("storage.s3.stale_upload_age", "want 0 (never) or at least 1s, got %v", c.Storage.S3.StaleUploadAge)
 	}
 	for i, r := range c.Storage.FileAllow {
 		if r.Prefix == "" || strings.HasPrefix(r.Prefix, "/") {

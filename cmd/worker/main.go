@@ -144,6 +144,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		depCheck{"storage", store.Ping})
 	probes.gate = gate
 	go probes.run(ctx)
+	if store.s3 != nil && cfg.Storage.S3.StaleUploadAge > 0 {
+		go uploadJanitor(ctx, store.s3, cfg.Storage.S3.StaleUploadAge, log.With("component", "janitor"))
+	}
 	if cfg.HTTPAddr != "" {
 		addr, err := serveHTTP(ctx, cfg.HTTPAddr, reg, probes, log)
 		if err != nil {

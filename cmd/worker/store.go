@@ -9,6 +9,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/internal/jobstore"
 	"github.com/rmsgrad/rmsgrad/storage"
 	"github.com/rmsgrad/rmsgrad/storage/file"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
 )
 
 // routerStore is the worker's jobs.Store: the router behind the shared
@@ -17,6 +18,7 @@ type routerStore struct {
 	jobstore.Store
 	r     *storage.Router
 	pings []func(context.Context) error
+	s3    *s3.Store // nil: no S3 store configured
 }
 
 // Ping checks each configured store answers: a missing object is an answer.

@@ -16,6 +16,7 @@ func addS3(ctx context.Context, cfg Config, rs *routerStore) error {
 		return fmt.Errorf("config: storage.s3: %w", err)
 	}
 	rs.r.Register("s3", st)
+	rs.s3 = st
 	for _, a := range c.Allow {
 		rs.pings = append(rs.pings, func(ctx context.Context) error {
 			_, err := st.Stat(ctx, storage.Ref{Scheme: "s3", Bucket: a.Bucket, Key: a.Prefix + ".rmsgrad-ping"})
