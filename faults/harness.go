@@ -607,8 +607,8 @@ type Proxy struct {
 	hold   bool
 	holdIf func(*http.Request) bool // nil: every PUT
 	gate   chan struct{}
-	held atomic.Int64
-	puts atomic.Int64
+	held   atomic.Int64
+	puts   atomic.Int64
 }
 
 // NewProxy starts a proxy to the S3 endpoint upstream (host:port).
