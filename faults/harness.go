@@ -109,6 +109,9 @@ type WorkerConfig struct {
 	MultipartThreshold int64
 	PartSize           int64
 	StaleUploadAge     time.Duration
+	// StoreBackoff, when set, is the S3 store's own retry policy
+	// (storage.s3.backoff).
+	StoreBackoff [3]time.Duration // attempts (as a count), base, max
 }
 
 func (c WorkerConfig) yaml(httpAddr string) string {
@@ -164,6 +167,9 @@ func (c WorkerConfig) s3Extra() string {
 	}
 	if c.StaleUploadAge > 0 {
 		fmt.Fprintf(&b, "    stale_upload_age: %v\n", c.StaleUploadAge)
+	}
+	if c.StoreBackoff[0] > 0 {
+		fmt.Fprintf(&b, "    backoff: {attempts: %d, base: %v, max: %v}\n", int(c.StoreBackoff[0]), c.StoreBackoff[1], c.StoreBackoff[2])
 	}
 	return b.String()
 }

@@ -122,10 +122,11 @@ func watchReady(w *Worker, start time.Time, back <-chan struct{}, stop <-chan st
 
 // The long-outage test compresses time a hundredfold: the worker's retry
 // delays (retry_base 1 s, retry_max 5 min by default) become 10 ms and 3 s,
-// the job keeps the CLI's max_retry of 10, and the storage outage of 18 s
-// stands for 30 minutes. Before outages stopped counting, that schedule
-// archived a job after about 11 attempts, some 10-20 s into the outage
-// (13 minutes at full scale, as the issue that asked for this measured).
+// the store's own retries (storage.s3.backoff: 5 attempts, 100 ms to 5 s)
+// become 1 ms to 50 ms, the job keeps the CLI's max_retry of 10, and the
+// storage outage of 18 s stands for 30 minutes. With outages counted as
+// failures (before jobs.IsFailure), about 11 attempts, some 13 minutes at
+// full scale, archive a job.
 const (
 	outageScale    = 100
 	outageFull     = 30 * time.Minute
@@ -153,7 +154,8 @@ func TestStorageOutage(t *testing.T) {
 	defer cancel()
 	const conc = 16
 	w := StartWorker(t, workerBin, e, WorkerConfig{Name: "w", Concurrency: conc,
-		RetryBase: time.Second / outageScale, RetryMax: 5 * time.Minute / outageScale, OutageHold: 5 * time.Second})
+		RetryBase: time.Second / outageScale, RetryMax: 5 * time.Minute / outageScale, OutageHold: 5 * time.Second,
+		StoreBackoff: [3]time.Duration{5, 100 * time.Millisecond / outageScale, 5 * time.Second / outageScale}})
 	const n = 800
 	outage := outageFull / outageScale
 	fd := feed(ctx, e, "so", ins, n, 30*time.Millisecond) // 33 jobs/s for 24 s

@@ -112,10 +112,24 @@ type S3Config struct {
 	// multipart upload of PartSize parts (s3.Config).
 	MultipartThreshold uint64 `yaml:"multipart_threshold"`
 	PartSize           uint64 `yaml:"part_size"`
+	// Backoff is the store's own retry of a failed request (storage.Backoff;
+	// zero fields: 5 attempts, 100 ms, 5 s), before the job fails with
+	// storage unavailable.
+	Backoff BackoffConfig `yaml:"backoff"`
 	// StaleUploadAge: multipart uploads under the writable allow-list
 	// older than this are aborted, at start and every half of it (0: never;
 	// cmd/worker/janitor.go).
 	StaleUploadAge time.Duration `yaml:"stale_upload_age"`
+}
+
+// defaultBackoff is storage.DefaultBackoff.
+var defaultBackoff = BackoffConfig{Attempts: 5, Base: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// BackoffConfig is storage.Backoff in the configuration.
+type BackoffConfig struct {
+	Attempts int           `yaml:"attempts"`
+	Base     time.Duration `yaml:"base"`
+	Max      time.Duration `yaml:"max"`
 }
 
 // FileRule opens a prefix under storage.file_root (relative to it, e.g.
@@ -158,7 +172,7 @@ func defaultConfig() Config {
 		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20, HeaderBudgetBytes: 64 << 20},
 		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
 		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
-		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true, StaleUploadAge: 6 * time.Hour}},
+		Storage:     StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true, StaleUploadAge: 6 * time.Hour, Backoff: defaultBackoff}},
 		Dev:         DevConfig{RedisAddr: "127.0.0.1:6390", Dir: "./rmsgrad-dev"},
 	}
 }
@@ -423,6 +437,9 @@ func (c *Config) validate() error {
 	}
 	if c.Dev.Enabled && c.Dev.Dir == "" {
 		return bad("dev.dir", "must be set in dev mode")
+	}
+	if b := c.Storage.S3.Backoff; b.Attempts <= 0 || b.Base <= 0 || b.Max < b.Base {
+		return bad("storage.s3.backoff", "want attempts > 0 and 0 < base <= max, got %d, %v, %v", b.Attempts, b.Base, b.Max)
 	}
 	if c.Storage.S3.StaleUploadAge < 0 || (c.Storage.S3.StaleUploadAge > 0 && c.Storage.S3.StaleUploadAge < time.Second) {
 		return bad("storage.s3.stale_upload_age", "want 0 (never) or at least 1s, got %v", c.Storage.S3.StaleUploadAge)

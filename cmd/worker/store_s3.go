@@ -31,7 +31,8 @@ func s3Config(cfg Config) s3.Config {
 	c := cfg.Storage.S3
 	sc := s3.Config{Endpoint: c.Endpoint, Region: c.Region, AccessKey: cfg.secrets.S3AccessKey,
 		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile, DisableFastPath: c.DisableFastPath,
-		MultipartThreshold: c.MultipartThreshold, PartSize: c.PartSize}
+		MultipartThreshold: c.MultipartThreshold, PartSize: c.PartSize,
+		Backoff: storage.Backoff{Attempts: c.Backoff.Attempts, Base: c.Backoff.Base, Max: c.Backoff.Max}}
 	for _, a := range c.Allow {
 		r := s3.AllowRule{Bucket: a.Bucket, ReadOnly: a.ReadOnly}
 		if a.Prefix != "" {
