@@ -160,7 +160,6 @@ func TestHandlerGate(t *testing.T) {
 		t.Fatalf("held job: err %v after %d Heads, want ErrNotReady, not a failure, no request", err, heads)
 	}
 	// Opens while held: the job runs.
-	go func() { time.Sleep(30 * time.Millisecond); g.Set(nil) }()
 	g2 := NewGate(time.Minute)
 	g2.Set(errors.New("storage: down"))
 	e.h.cfg.Gate = g2
