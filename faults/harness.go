@@ -64,10 +64,17 @@ type Env struct {
 	Insp   *asynq.Inspector
 }
 
-// NewEnv starts the servers; redisArgs go to redis-server's command line.
+// NewEnv starts the servers (versitygw for S3); redisArgs go to
+// redis-server's command line.
 func NewEnv(t testing.TB, redisArgs ...string) *Env {
 	t.Helper()
-	e := &Env{Redis: testenv.Redis(t, redisArgs...), S3: testenv.Versitygw(t, Bucket)}
+	return NewEnvOn(t, "versitygw", redisArgs...)
+}
+
+// NewEnvOn is NewEnv with the S3 server of kind (testenv.S3Servers).
+func NewEnvOn(t testing.TB, kind string, redisArgs ...string) *Env {
+	t.Helper()
+	e := &Env{Redis: testenv.Redis(t, redisArgs...), S3: testenv.StartS3(t, kind, Bucket)}
 	st, err := s3.New(context.Background(), s3.Config{Endpoint: e.S3.Endpoint(), Region: "us-east-1",
 		AccessKey: e.S3.AccessKey, SecretKey: e.S3.SecretKey, Allow: []s3.AllowRule{{Bucket: Bucket}}})
 	if err != nil {
@@ -95,6 +102,16 @@ type WorkerConfig struct {
 	RetryBase   time.Duration // default 200ms
 	RetryMax    time.Duration // default 2s
 	LogLevel    string        // default info
+	OutageHold  time.Duration // default 30s (the worker's)
+	// Limits and S3 settings; zero values keep the worker's defaults.
+	MaxHeaderBytes     int64
+	HeaderBudget       int64
+	MultipartThreshold int64
+	PartSize           int64
+	StaleUploadAge     time.Duration
+	// StoreBackoff, when set, is the S3 store's own retry policy
+	// (storage.s3.backoff).
+	StoreBackoff [3]time.Duration // attempts (as a count), base, max
 }
 
 func (c WorkerConfig) yaml(httpAddr string) string {
@@ -135,7 +152,46 @@ storage:
     allow: [{bucket: %s}]
 `, c.Name, or(int64(c.Concurrency), 64), ord(c.RetryBase, 200*time.Millisecond), ord(c.RetryMax, 2*time.Second),
 		httpAddr, lvl, or(c.BudgetBytes, 256<<20), or(int64(c.MaxJobs), 32), ord(c.MaxWait, 2*time.Millisecond),
-		c.Redis, c.S3Endpoint, Bucket)
+		c.Redis, c.S3Endpoint, Bucket) + c.s3Extra() + c.extra()
+}
+
+// s3Extra is the optional storage.s3 keys, indented under that section
+// (the last one yaml writes).
+func (c WorkerConfig) s3Extra() string {
+	var b strings.Builder
+	if c.MultipartThreshold > 0 {
+		fmt.Fprintf(&b, "    multipart_threshold: %d\n", c.MultipartThreshold)
+	}
+	if c.PartSize > 0 {
+		fmt.Fprintf(&b, "    part_size: %d\n", c.PartSize)
+	}
+	if c.StaleUploadAge > 0 {
+		fmt.Fprintf(&b, "    stale_upload_age: %v\n", c.StaleUploadAge)
+	}
+	if c.StoreBackoff[0] > 0 {
+		fmt.Fprintf(&b, "    backoff: {attempts: %d, base: %v, max: %v}\n", int(c.StoreBackoff[0]), c.StoreBackoff[1], c.StoreBackoff[2])
+	}
+	return b.String()
+}
+
+// extra is the YAML of the optional top-level settings and of the limits
+// section (which yaml does not write), appended to the file.
+func (c WorkerConfig) extra() string {
+	var b strings.Builder
+	if c.OutageHold > 0 {
+		fmt.Fprintf(&b, "outage_hold: %v\n", c.OutageHold)
+	}
+	var lim []string
+	if c.MaxHeaderBytes > 0 {
+		lim = append(lim, fmt.Sprintf("max_header_bytes: %d", c.MaxHeaderBytes))
+	}
+	if c.HeaderBudget > 0 {
+		lim = append(lim, fmt.Sprintf("header_budget_bytes: %d", c.HeaderBudget))
+	}
+	if len(lim) > 0 {
+		fmt.Fprintf(&b, "limits: {%s}\n", strings.Join(lim, ", "))
+	}
+	return b.String()
 }
 
 // Worker is a running worker binary.
@@ -340,6 +396,13 @@ func (in *Input) Job(out string, outputs ...string) jobs.Job {
 // the CPU backend, one job per command buffer.
 func (e *Env) Inputs(t testing.TB, prefix string, seed uint64, shapes ...[2]int) []*Input {
 	t.Helper()
+	return e.InputsMeta(t, prefix, seed, nil, shapes...)
+}
+
+// InputsMeta is Inputs with meta as each object's __metadata__ (a large
+// one makes a large header).
+func (e *Env) InputsMeta(t testing.TB, prefix string, seed uint64, meta map[string]string, shapes ...[2]int) []*Input {
+	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	be := cpu.New()
@@ -361,7 +424,7 @@ func (e *Env) Inputs(t testing.TB, prefix string, seed uint64, shapes ...[2]int)
 			safetensors.F32("x", []int{rows, dim}, x),
 			safetensors.F32("w", []int{dim}, w),
 			safetensors.F32("dy", []int{rows, dim}, dy),
-		}, nil); err != nil {
+		}, meta); err != nil {
 			t.Fatalf("faults: upload %s: %v", obj, err)
 		}
 		alloc := func(vals []float32, shape ...int) compute.Buffer {
@@ -546,11 +609,12 @@ type Proxy struct {
 	Addr string // host:port for the worker's storage.s3.endpoint
 	srv  *httptest.Server
 
-	mu   sync.Mutex
-	hold bool
-	gate chan struct{}
-	held atomic.Int64
-	puts atomic.Int64
+	mu     sync.Mutex
+	hold   bool
+	holdIf func(*http.Request) bool // nil: every PUT
+	gate   chan struct{}
+	held   atomic.Int64
+	puts   atomic.Int64
 }
 
 // NewProxy starts a proxy to the S3 endpoint upstream (host:port).
@@ -568,6 +632,9 @@ func NewProxy(t testing.TB, upstream string) *Proxy {
 			p.puts.Add(1)
 			p.mu.Lock()
 			hold, gate := p.hold, p.gate
+			if hold && p.holdIf != nil {
+				hold = p.holdIf(r)
+			}
 			p.mu.Unlock()
 			if hold {
 				half := r.ContentLength / 2
@@ -591,6 +658,14 @@ func (p *Proxy) Hold() {
 	p.mu.Unlock()
 }
 
+// HoldIf makes the later PUTs for which f is true stall half way
+// through their body.
+func (p *Proxy) HoldIf(f func(*http.Request) bool) {
+	p.mu.Lock()
+	p.hold, p.holdIf = true, f
+	p.mu.Unlock()
+}
+
 // Held returns how many uploads are stalled half way now.
 func (p *Proxy) Held() int { return int(p.held.Load()) }
 
@@ -604,7 +679,7 @@ func (p *Proxy) Release() {
 	if p.hold {
 		close(p.gate)
 		p.gate = make(chan struct{})
-		p.hold = false
+		p.hold, p.holdIf = false, nil
 	}
 }
 

@@ -64,7 +64,8 @@ type logLine struct {
 
 // TestKillMidBatch SIGKILLs a worker with 200 jobs queued, once while a
 // command buffer is in flight (then restarts it) and once while uploads are
-// half sent (with a second worker already running). Every job must reach
+// half sent (with a second worker already running; against versitygw and
+// against MinIO). Every job must reach
 // completed with outputs bitwise equal to a clean run's. The orphaned jobs
 // come back through asynq's recoverer: lease (30 s) + skew allowance (30 s)
 // + up to one recoverer period (1 min), so this test takes 1-2.5 minutes.
@@ -74,7 +75,8 @@ func TestKillMidBatch(t *testing.T) {
 	}
 	t.Parallel()
 	t.Run("command-buffer-in-flight", func(t *testing.T) { t.Parallel(); killInFlight(t) })
-	t.Run("upload-half-sent", func(t *testing.T) { t.Parallel(); killUploads(t) })
+	t.Run("upload-half-sent", func(t *testing.T) { t.Parallel(); killUploads(t, "versitygw") })
+	t.Run("upload-half-sent-minio", func(t *testing.T) { t.Parallel(); killUploads(t, "minio") })
 }
 
 func killInFlight(t *testing.T) {
@@ -163,8 +165,8 @@ func killInFlight(t *testing.T) {
 		len(ids), len(f.Lost), len(f.Archived), len(orphans), cbJobs, attempts, recovered.Seconds())
 }
 
-func killUploads(t *testing.T) {
-	e := NewEnv(t)
+func killUploads(t *testing.T, kind string) {
+	e := NewEnvOn(t, kind)
 	ids, js, ins, of := killJobs(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -230,8 +232,8 @@ func killUploads(t *testing.T) {
 	if err := wb.Term(60 * time.Second); err != nil {
 		t.Fatalf("worker b after SIGTERM: %v", err)
 	}
-	t.Logf("FIGURE kill-uploads jobs=%d lost=%d archived=%d uploads_cut=%d active_at_kill=%d retried=%d partial_objects_before_recovery=%d recovered_s=%.1f",
-		len(ids), len(f.Lost), len(f.Archived), held, len(active), byA, partial, recovered.Seconds())
+	t.Logf("FIGURE kill-uploads server=%s jobs=%d lost=%d archived=%d uploads_cut=%d active_at_kill=%d retried=%d partial_objects_before_recovery=%d recovered_s=%.1f",
+		kind, len(ids), len(f.Lost), len(f.Archived), held, len(active), byA, partial, recovered.Seconds())
 }
 
 // cbDone reports whether the log has command buffer cb's "done" line.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -119,22 +120,45 @@ func watchReady(w *Worker, start time.Time, back <-chan struct{}, stop <-chan st
 	}
 }
 
-// TestStorageOutage stops versitygw for 15 s while jobs keep arriving:
-// every job must complete with the clean run's outputs, none may be
-// archived (the outage is transient), and /readyz must report the storage
-// outage while it lasts and recover after.
+// The long-outage test compresses time a hundredfold: the worker's retry
+// delays (retry_base 1 s, retry_max 5 min by default) become 10 ms and 3 s,
+// the store's own retries (storage.s3.backoff: 5 attempts, 100 ms to 5 s)
+// become 1 ms to 50 ms, the job keeps the CLI's max_retry of 10, and the
+// storage outage of 18 s stands for 30 minutes. With outages counted as
+// failures (before jobs.IsFailure), about 11 attempts, some 13 minutes at
+// full scale, archive a job.
+const (
+	outageScale    = 100
+	outageFull     = 30 * time.Minute
+	outageMaxRetry = 10
+)
+
+// TestStorageOutage stops versitygw for the equivalent of 30 minutes of
+// retry periods while jobs keep arriving: every job must complete with the
+// clean run's outputs, none may be archived or lost, and none may have used
+// up a single retry (an outage is not the job's failure: jobs.IsFailure).
+// While storage is down, the worker must stop taking new jobs: it holds at
+// most its concurrency at the readiness gate (handing each back after
+// outage_hold), /readyz reports the outage while it lasts, and the held jobs
+// go on once it is back.
 func TestStorageOutage(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: a 15 s storage outage")
+		t.Skip("-short: an 18 s storage outage")
 	}
 	t.Parallel()
 	e := NewEnv(t)
+	e.Client.Close()
+	e.Client = jobs.NewClient(asynq.RedisClientOpt{Addr: e.Redis.Addr}, jobs.WithMaxRetry(outageMaxRetry), jobs.WithPollInterval(50*time.Millisecond))
 	ins := e.Inputs(t, "so", 21, [2]int{16, 1024}, [2]int{64, 512}, [2]int{8, 4096}, [2]int{32, 256})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	w := StartWorker(t, workerBin, e, WorkerConfig{Name: "w", RetryBase: 500 * time.Millisecond, RetryMax: 4 * time.Second})
-	const n, outage = 600, 15 * time.Second
-	fd := feed(ctx, e, "so", ins, n, 40*time.Millisecond) // 25 jobs/s for 24 s
+	const conc = 16
+	w := StartWorker(t, workerBin, e, WorkerConfig{Name: "w", Concurrency: conc,
+		RetryBase: time.Second / outageScale, RetryMax: 5 * time.Minute / outageScale, OutageHold: 5 * time.Second,
+		StoreBackoff: [3]time.Duration{5, 100 * time.Millisecond / outageScale, 5 * time.Second / outageScale}})
+	const n = 800
+	outage := outageFull / outageScale
+	fd := feed(ctx, e, "so", ins, n, 30*time.Millisecond) // 33 jobs/s for 24 s
 	waitCompleted(t, ctx, e, 50)
 
 	downAt := time.Now()
@@ -143,10 +167,25 @@ func TestStorageOutage(t *testing.T) {
 	var rw *readyWatch
 	watched := make(chan struct{})
 	go func() { rw = watchReady(w, downAt, back, stop); close(watched) }()
-	time.Sleep(outage)
+	// While storage is down: how many jobs the worker holds, and how many
+	// are active in the queue (taken by a worker), sampled.
+	var maxHeld, maxActive float64
 	var sawMetric bool
-	if m, err := w.Metrics(); err == nil {
-		sawMetric = strings.Contains(m, `rmsgrad_dependency_up{dependency="storage"} 0`)
+	for time.Since(downAt) < outage {
+		time.Sleep(250 * time.Millisecond)
+		if m, err := w.Metrics(); err == nil {
+			if v, ok := metricValue(m, "rmsgrad_jobs_held"); ok {
+				maxHeld = max(maxHeld, v)
+			}
+			sawMetric = sawMetric || strings.Contains(m, `rmsgrad_dependency_up{dependency="storage"} 0`)
+		}
+		if info, err := e.Insp.GetQueueInfo(jobs.DefaultQueue); err == nil {
+			maxActive = max(maxActive, float64(info.Active))
+		}
+	}
+	pendingAtEnd := 0
+	if info, err := e.Insp.GetQueueInfo(jobs.DefaultQueue); err == nil {
+		pendingAtEnd = info.Pending + info.Retry
 	}
 	e.S3.Start()
 	close(back)
@@ -169,7 +208,7 @@ func TestStorageOutage(t *testing.T) {
 	if len(f.Lost) > 0 || len(f.Archived) > 0 {
 		t.Fatalf("%d jobs lost (%v), %d archived (%v)", len(f.Lost), first(f.Lost, 5), len(f.Archived), f.Archived)
 	}
-	retried := 0
+	hit := 0
 	for i, id := range ids {
 		in := ins[i%len(ins)]
 		if err := CheckResult(f.Results[id], in, outURI(id)); err != nil {
@@ -180,12 +219,34 @@ func TestStorageOutage(t *testing.T) {
 				t.Fatalf("job %s: %v", id, err)
 			}
 		}
-		if f.Retried[id] > 0 {
-			retried++
+		if f.Retried[id] != 0 {
+			t.Fatalf("job %s used %d of its %d retries (last error %q): an outage must not count", id, f.Retried[id], outageMaxRetry, f.LastErr[id])
+		}
+		if f.LastErr[id] != "" {
+			hit++
 		}
 	}
-	if retried == 0 {
-		t.Fatal("no job was retried: the outage did not hit any job")
+	m, err := w.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outages, _ := metricValue(m, `rmsgrad_jobs_total{outcome="outage"}`)
+	held, _ := metricValue(m, `rmsgrad_jobs_total{outcome="held"}`)
+	if hit == 0 || outages+held == 0 {
+		t.Fatalf("no job met the outage (%d with a last error, %.0f outage and %.0f held outcomes)", hit, outages, held)
+	}
+	// Stopped taking jobs: at most its concurrency active at once, jobs
+	// held at the gate, and the jobs that arrived during the outage waiting
+	// in the queue instead of running into errors.
+	if maxActive > conc || maxHeld < 1 || pendingAtEnd < 100 {
+		t.Fatalf("during the outage: up to %.0f jobs active (concurrency %d), up to %.0f held at the gate, %d waiting in the queue at its end: the worker did not stop taking jobs", maxActive, conc, maxHeld, pendingAtEnd)
+	}
+	// Runs into the outage are bounded by what was in flight when it
+	// began and what the worker took before its probe saw it (about a
+	// second, at most its concurrency); without the gate every job would
+	// fail again every few retry periods.
+	if outages > 4*conc {
+		t.Fatalf("%.0f job runs ended in the outage, want at most %d: the gate did not hold jobs", outages, 4*conc)
 	}
 	if rw.firstDown < 0 || rw.firstDown > 5*time.Second || !strings.Contains(rw.downBody, "storage") {
 		t.Fatalf("/readyz during the outage: first not-ready after %v (want within 5 s), body %q", rw.firstDown, rw.downBody)
@@ -202,8 +263,20 @@ func TestStorageOutage(t *testing.T) {
 	if err := w.Term(60 * time.Second); err != nil {
 		t.Fatalf("worker after SIGTERM: %v", err)
 	}
-	t.Logf("FIGURE storage-outage jobs=%d lost=%d archived=%d retried_jobs=%d outage_s=%.0f readyz_down_after_s=%.1f readyz_up_after_s=%.1f",
-		len(ids), len(f.Lost), len(f.Archived), retried, outage.Seconds(), rw.firstDown.Seconds(), rw.upAgain.Seconds())
+	t.Logf("FIGURE storage-outage jobs=%d lost=%d archived=%d max_retried=0 met_outage=%d outage_runs=%.0f held_handbacks=%.0f max_held=%.0f max_active=%.0f queued_at_end=%d outage_s=%.0f equivalent_min=%.0f max_retry=%d readyz_down_after_s=%.1f readyz_up_after_s=%.1f",
+		len(ids), len(f.Lost), len(f.Archived), hit, outages, held, maxHeld, maxActive, pendingAtEnd, outage.Seconds(), outageFull.Minutes(), outageMaxRetry, rw.firstDown.Seconds(), rw.upAgain.Seconds())
+}
+
+// metricValue returns the value of the first sample of name (with its
+// labels, as /metrics writes them) in a /metrics text.
+func metricValue(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
 
 // TestRedisRestart takes redis-server down for 8 s while jobs keep

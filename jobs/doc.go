@@ -9,11 +9,16 @@
 //     batch into one compute.CommandBuffer;
 //   - budget.go: bytes in flight;
 //   - retry.go: backoff for transient failures;
+//   - outage.go: what is an outage rather than the job's failure
+//     (IsFailure, for asynq), and the readiness Gate that holds jobs while
+//     a dependency is down;
 //   - metrics.go: the Prometheus collectors.
 //
 // Errors a handler returns are *JobError values naming the job, the tensor
 // and its URI; permanent ones wrap asynq.SkipRetry so asynq archives them
-// at once with that message, transient ones are retried with RetryDelay.
+// at once with that message, transient ones are retried with RetryDelay,
+// and outages (storage unavailable, a job held at the gate) without using
+// up the job's retries.
 //
 // The package never imports a concrete compute backend or store: the worker
 // wires a compute.Backend and a Store in.

@@ -27,6 +27,10 @@ type JobError struct {
 	URI       string
 	Permanent bool
 	Err       error
+	// OutageStreak is, for an outage (IsOutage) met while the job ran,
+	// how many in a row this worker has seen for the task: RetryDelay
+	// backs off by it, since asynq does not count outages.
+	OutageStreak int
 }
 
 func (e *JobError) Error() string {

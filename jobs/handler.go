@@ -52,6 +52,9 @@ type HandlerConfig struct {
 	Worker     string // this worker's name, reported in results
 	Metrics    *Metrics
 	Logger     *slog.Logger
+	// Gate, when set, holds each job before its first storage request
+	// while a dependency of the worker is down (see Gate).
+	Gate *Gate
 }
 
 // Handler processes rmsnorm:backward tasks: decode, validate, check the
@@ -77,6 +80,8 @@ type Handler struct {
 	// (both nil otherwise).
 	adopter compute.HostAdopter
 	taker   InlineTaker
+	// streak counts outages in a row per task (see streaks).
+	streak streaks
 }
 
 // NewHandler checks cfg and returns a Handler.
@@ -100,6 +105,11 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	}
 	for _, st := range []string{StageQueueWait, StageFetch, StageBatchWait, StageCompute, StageStore, StageTotal} {
 		h.stage[st] = cfg.Metrics.Stage.WithLabelValues(st)
+	}
+	if g := cfg.Gate; g != nil {
+		g.mu.Lock()
+		g.onHeld = func(n int) { h.m.Held.Set(float64(n)) }
+		g.mu.Unlock()
 	}
 	prev := cfg.Budget.onChange
 	cfg.Budget.onChange = func(v int64) {
@@ -204,8 +214,19 @@ func (h *Handler) processTask(ctx context.Context, t *asynq.Task) error {
 		outcome = OutcomePermanent
 	case ctx.Err() != nil:
 		outcome = OutcomeCanceled
+	case errors.Is(err, ErrNotReady):
+		outcome = OutcomeHeld
+	case IsOutage(err):
+		outcome = OutcomeOutage
+		var je *JobError
+		if errors.As(err, &je) {
+			je.OutageStreak = h.streak.add(id)
+		}
 	default:
 		outcome = OutcomeRetry
+	}
+	if outcome != OutcomeOutage && outcome != OutcomeHeld {
+		h.streak.drop(id)
 	}
 	if outcome == OutcomeOK {
 		h.jobsOK.Inc()
@@ -291,6 +312,11 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	}
 	if err := h.cfg.Store.Check(j.Out, true); err != nil {
 		return nil, jobErr(id, "out", j.Out, err)
+	}
+	if h.cfg.Gate != nil {
+		if err := h.cfg.Gate.Wait(ctx); err != nil {
+			return nil, jobErr(id, "", "", err)
+		}
 	}
 
 	// Headers first: shapes, dtypes and sizes are checked before data moves.
@@ -472,7 +498,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		if err := writeResult(ctx, rw, b); err != nil {
 			// The output is stored; a retry rewrites the same bytes and
 			// tries the result again.
-			return nil, jobErr(id, "", "", fmt.Errorf("write result: %w", err))
+			return nil, jobErr(id, "", "", fmt.Errorf("%w: %w", ErrResultUnavailable, err))
 		}
 	}
 	return res, nil

@@ -12,6 +12,8 @@ const (
 	OutcomeRetry     = "retry"     // transient: asynq retries it with backoff
 	OutcomeCanceled  = "canceled"  // the handler's context ended (shutdown, timeout)
 	OutcomePanic     = "panic"     // a bug: the job's path panicked; asynq recovers it and retries the job
+	OutcomeOutage    = "outage"    // a dependency was down (IsOutage): retried, not counted against max_retry
+	OutcomeHeld      = "held"      // held at the readiness gate, then handed back to the queue: not counted
 )
 
 // Stages timed by rmsgrad_stage_seconds (label "stage").
@@ -39,13 +41,15 @@ type Metrics struct {
 	// BadSignatures counts jobs rejected because a signing key is
 	// configured and their signature is missing or wrong.
 	BadSignatures prometheus.Counter
+	// Held is how many jobs wait at the readiness gate now.
+	Held prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them with reg (if not nil).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rmsgrad_jobs_total", Help: "Jobs handled, by outcome (ok, permanent, retry, canceled, panic).",
+			Name: "rmsgrad_jobs_total", Help: "Jobs handled, by outcome (ok, permanent, retry, canceled, panic, outage, held).",
 		}, []string{"outcome"}),
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rmsgrad_batch_jobs", Help: "Jobs per committed command buffer.",
@@ -73,9 +77,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BadSignatures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rmsgrad_jobs_bad_signature_total", Help: "Jobs rejected for a missing or wrong HMAC signature (a signing key is configured).",
 		}),
+		Held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rmsgrad_jobs_held", Help: "Jobs held at the readiness gate while a dependency is down.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures)
+		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures, m.Held)
 	}
 	return m
 }

@@ -26,13 +26,16 @@ var (
 	ErrChanged     = errors.New("object changed")     // replaced between Head and Fetch (transient: Head again)
 	ErrUnavailable = errors.New("store unavailable")  // 5xx, timeouts, refused/reset connections after all retries
 	ErrRejected    = errors.New("request rejected")   // any other 4xx answer: the same request cannot succeed
+	// ErrNotWritable: the output path can never be written as an object
+	// (an existing directory, or a path under a regular file).
+	ErrNotWritable = errors.New("path cannot be written")
 )
 
 // Permanent reports whether err is one a retry cannot fix: the worker skips
 // retrying the job. Context cancellation is not permanent (the job was
 // interrupted, not wrong).
 func Permanent(err error) bool {
-	for _, e := range []error{ErrNotFound, ErrNotAllowed, ErrInvalidURI, ErrFormat, ErrDType, ErrTooLarge, ErrAccess, ErrRejected} {
+	for _, e := range []error{ErrNotFound, ErrNotAllowed, ErrInvalidURI, ErrFormat, ErrDType, ErrTooLarge, ErrAccess, ErrRejected, ErrNotWritable} {
 		if errors.Is(err, e) {
 			return true
 		}

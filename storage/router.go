@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
 
@@ -91,6 +93,40 @@ type Router struct {
 	cache     *headerCache
 	flights   *flights // nil: WithSharedReads(false)
 	maxHeader int64    // 0: the format's cap, safetensors.MaxHeaderSize
+	hdrBudget *headerBudget
+}
+
+// chargeOver is the header length above which Head charges a header's
+// parse to the header budget and does not cache it: writers' headers are a
+// few hundred bytes, and an uncharged parse allocates at most
+// safetensors.ParseCost(chargeOver), 160 KiB.
+const chargeOver = 4 << 10
+
+// defaultHeaderBudget is the header budget unless WithHeaderBudget says
+// otherwise.
+const defaultHeaderBudget = 64 << 20
+
+// headerBudget bounds the memory of the headers being read and parsed at
+// once: each over chargeOver holds safetensors.ParseCost of its length
+// until it is parsed.
+type headerBudget struct {
+	capacity int64
+	sem      *semaphore.Weighted
+}
+
+// WithHeaderBudget bounds the bytes that the headers Head reads and parses
+// at once may take (each header over 4 KiB is charged
+// safetensors.ParseCost(length) while it is read and parsed; shorter ones
+// are not charged and are what the header cache keeps). A header whose cost
+// exceeds the whole budget is ErrTooLarge; others wait for their turn. The
+// default is 64 MiB, which admits one header of 1 MiB (ParseCost 40 MiB).
+func WithHeaderBudget(n int64) Option {
+	return func(r *Router) {
+		if n <= 0 {
+			n = defaultHeaderBudget
+		}
+		r.hdrBudget = &headerBudget{capacity: n, sem: semaphore.NewWeighted(n)}
+	}
 }
 
 // WithMaxHeaderBytes caps the JSON header length Head accepts below the
@@ -122,6 +158,7 @@ func WithHeaderCache(n int) Option {
 // NewRouter returns a Router with no stores; Register adds them.
 func NewRouter(opts ...Option) *Router {
 	r := &Router{stores: map[string]Store{}, cache: newHeaderCache(64), flights: &flights{m: map[string]*flight{}}}
+	WithHeaderBudget(defaultHeaderBudget)(r)
 	for _, o := range opts {
 		o(r)
 	}
@@ -341,6 +378,16 @@ func (r *Router) readHeader(ctx context.Context, s Store, ref Ref, key string, p
 	if r.maxHeader > 0 && n > r.maxHeader {
 		return nil, "", nil, buf, errorf(ErrTooLarge, "header length %d exceeds the header limit of %d bytes (WithMaxHeaderBytes: the worker's limits.max_header_bytes)", n, r.maxHeader)
 	}
+	if n > chargeOver {
+		cost := safetensors.ParseCost(n)
+		if cost > r.hdrBudget.capacity {
+			return nil, "", nil, buf, errorf(ErrTooLarge, "a header of %d bytes takes %d bytes to read and parse, over the whole header budget of %d bytes this reader is configured with", n, cost, r.hdrBudget.capacity)
+		}
+		if err := r.hdrBudget.sem.Acquire(ctx, cost); err != nil {
+			return nil, "", nil, buf, err
+		}
+		defer r.hdrBudget.sem.Release(cost)
+	}
 	hdr := probe[safetensors.PrefixSize:]
 	if int64(len(hdr)) >= n {
 		hdr = hdr[:n]
@@ -360,7 +407,9 @@ func (r *Router) readHeader(ctx context.Context, s Store, ref Ref, key string, p
 	if err != nil {
 		return nil, "", nil, buf, err
 	}
-	r.cache.put(key, info, h)
+	if n <= chargeOver {
+		r.cache.put(key, info, h) // a large header is read again: the cache holds no budget
+	}
 	return h, info.ETag, probe, buf, nil
 }
 

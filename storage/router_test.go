@@ -296,3 +296,34 @@ func TestWriteWithSHA256(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderBudget: a header whose parse would take more than the whole
+// header budget is refused at once, naming the budget; one within it is
+// read (and not cached, since it holds budget only while parsed).
+func TestHeaderBudget(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs, err := file.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := map[string]string{"pad": strings.Repeat("p", 100<<10)} // a 100 KiB header
+	uri := "file://" + dir + "/big.safetensors"
+	w := storage.NewRouter()
+	w.Register("file", fs)
+	if _, err := w.Write(ctx, uri, []storage.OutTensor{safetensors.F32("x", []int{2}, []float32{1, 2})}, meta); err != nil {
+		t.Fatal(err)
+	}
+	cost := safetensors.ParseCost(100<<10 + 200)
+	small := storage.NewRouter(storage.WithHeaderBudget(cost / 2))
+	small.Register("file", fs)
+	_, err = small.Head(ctx, uri+"#x")
+	if !errors.Is(err, storage.ErrTooLarge) || !storage.Permanent(err) || !strings.Contains(err.Error(), "header budget of") {
+		t.Fatalf("Head with a header over the budget = %v, want a permanent ErrTooLarge naming the header budget", err)
+	}
+	enough := storage.NewRouter(storage.WithHeaderBudget(2 * cost))
+	enough.Register("file", fs)
+	if _, err := enough.Head(ctx, uri+"#x"); err != nil {
+		t.Fatalf("Head within the budget: %v", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/internal/devstate"
 	"github.com/rmsgrad/rmsgrad/storage/s3"
+	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
 
 // Config is the worker's configuration: configs/worker.yaml documents every
@@ -44,6 +45,10 @@ type Config struct {
 	SigningKeyFile string         `yaml:"signing_key_file"`
 	Dev            DevConfig      `yaml:"dev"`
 
+	// OutageHold is the longest a job waits at the readiness gate
+	// (jobs.Gate) before going back to the queue.
+	OutageHold time.Duration `yaml:"outage_hold"`
+
 	secrets secrets
 }
 
@@ -52,8 +57,11 @@ type LimitsConfig struct {
 	MaxElements int64 `yaml:"max_elements"`
 	MaxJobBytes int64 `yaml:"max_job_bytes"`
 	// MaxHeaderBytes bounds the safetensors JSON header of each input
-	// object, read whole into memory outside the budget.
+	// object, read whole into memory.
 	MaxHeaderBytes int64 `yaml:"max_header_bytes"`
+	// HeaderBudgetBytes bounds the memory of the headers being read and
+	// parsed at once (storage.WithHeaderBudget), beside budget_bytes.
+	HeaderBudgetBytes int64 `yaml:"header_budget_bytes"`
 }
 
 // BatchCfg says when the batcher flushes.
@@ -80,6 +88,10 @@ type RedisConfig struct {
 type StorageConfig struct {
 	FileRoot string   `yaml:"file_root"` // file:// URIs must lie under it; "" disables file://
 	S3       S3Config `yaml:"s3"`
+	// FileAllow, when set, limits file:// URIs to these prefixes under
+	// FileRoot, each read-write or read-only (file.Rule); empty: the whole
+	// root, read-write.
+	FileAllow []FileRule `yaml:"file_allow"`
 	// DisableSharedReads makes every job read its inputs' objects itself,
 	// even when another job is reading the same object at that moment
 	// (storage.WithSharedReads): for inputs overwritten while jobs run.
@@ -105,12 +117,39 @@ type S3Config struct {
 	// PartSize parts (s3.Config).
 	MultipartThreshold uint64 `yaml:"multipart_threshold"`
 	PartSize           uint64 `yaml:"part_size"`
+	// Backoff is the store's own retry of a failed request (storage.Backoff;
+	// zero fields: 5 attempts, 100 ms, 5 s), before the job fails with
+	// storage unavailable.
+	Backoff BackoffConfig `yaml:"backoff"`
+	// StaleUploadAge: multipart uploads under the writable allow-list
+	// older than this are aborted, at start and every half of it (0: never;
+	// cmd/worker/janitor.go).
+	StaleUploadAge time.Duration `yaml:"stale_upload_age"`
 }
 
-// AllowRule permits a bucket, optionally only under a key prefix.
+// defaultBackoff is storage.DefaultBackoff.
+var defaultBackoff = BackoffConfig{Attempts: 5, Base: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// BackoffConfig is storage.Backoff in the configuration.
+type BackoffConfig struct {
+	Attempts int           `yaml:"attempts"`
+	Base     time.Duration `yaml:"base"`
+	Max      time.Duration `yaml:"max"`
+}
+
+// FileRule opens a prefix under storage.file_root (relative to it, e.g.
+// "in/"), for reading, and for writing unless read_only.
+type FileRule struct {
+	Prefix   string `yaml:"prefix"`
+	ReadOnly bool   `yaml:"read_only"`
+}
+
+// AllowRule permits a bucket, optionally only under a key prefix, and
+// only for reading when read_only.
 type AllowRule struct {
-	Bucket string `yaml:"bucket"`
-	Prefix string `yaml:"prefix"`
+	Bucket   string `yaml:"bucket"`
+	Prefix   string `yaml:"prefix"`
+	ReadOnly bool   `yaml:"read_only"`
 }
 
 // DevConfig is --dev: an embedded Redis and a local-disk store.
@@ -132,14 +171,15 @@ func defaultConfig() Config {
 	return Config{
 		Worker: host, Backend: "auto", Concurrency: 64,
 		Queues:   map[string]int{"rmsnorm": 1},
-		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute,
+		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute, OutageHold: 30 * time.Second,
 		HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
 		BudgetBytes: 2 << 30,
-		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20},
+		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20, HeaderBudgetBytes: 64 << 20},
 		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
 		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
 		Storage: StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true,
-			MultipartThreshold: s3.DefaultMultipartThreshold, PartSize: s3.DefaultPartSize}},
+			MultipartThreshold: s3.DefaultMultipartThreshold, PartSize: s3.DefaultPartSize,
+			StaleUploadAge: 6 * time.Hour, Backoff: defaultBackoff}},
 		Dev: DevConfig{RedisAddr: "127.0.0.1:6390", Dir: devstate.DefaultDir},
 	}
 }
@@ -393,6 +433,9 @@ func (c *Config) validate() error {
 	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
 		return bad("retry_base", "want 0 < retry_base <= retry_max, got %v and %v", c.RetryBase, c.RetryMax)
 	}
+	if c.OutageHold <= 0 {
+		return bad("outage_hold", "must be > 0, got %v", c.OutageHold)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -409,6 +452,9 @@ func (c *Config) validate() error {
 	}
 	if c.Limits.MaxHeaderBytes <= 0 || c.Limits.MaxHeaderBytes > 100_000_000 {
 		return bad("limits.max_header_bytes", "must be in 1..100000000 (the safetensors cap), got %d", c.Limits.MaxHeaderBytes)
+	}
+	if need := safetensors.ParseCost(c.Limits.MaxHeaderBytes); c.Limits.HeaderBudgetBytes < need {
+		return bad("limits.header_budget_bytes", "%d is too small for limits.max_header_bytes %d: reading and parsing one such header takes up to %d bytes", c.Limits.HeaderBudgetBytes, c.Limits.MaxHeaderBytes, need)
 	}
 	if c.Batch.MaxJobs <= 0 {
 		return bad("batch.max_jobs", "must be > 0, got %d", c.Batch.MaxJobs)
@@ -433,6 +479,17 @@ func (c *Config) validate() error {
 	}
 	if c.Dev.Enabled && c.Dev.Dir == "" {
 		return bad("dev.dir", "must be set in dev mode")
+	}
+	if b := c.Storage.S3.Backoff; b.Attempts <= 0 || b.Base <= 0 || b.Max < b.Base {
+		return bad("storage.s3.backoff", "want attempts > 0 and 0 < base <= max, got %d, %v, %v", b.Attempts, b.Base, b.Max)
+	}
+	if c.Storage.S3.StaleUploadAge < 0 || (c.Storage.S3.StaleUploadAge > 0 && c.Storage.S3.StaleUploadAge < time.Second) {
+		return bad("storage.s3.stale_upload_age", "want 0 (never) or at least 1s, got %v", c.Storage.S3.StaleUploadAge)
+	}
+	for i, r := range c.Storage.FileAllow {
+		if r.Prefix == "" || strings.HasPrefix(r.Prefix, "/") {
+			return bad(fmt.Sprintf("storage.file_allow[%d].prefix", i), "want a path relative to storage.file_root, such as \"out/\", got %q", r.Prefix)
+		}
 	}
 	for i, r := range c.Storage.S3.Allow {
 		if r.Bucket == "" {

@@ -49,6 +49,10 @@ func TestConfigInvalidNamesTheKey(t *testing.T) {
 		{"redis:\n  password: hunter2\n", "password"}, // secrets never from the file
 		{"storage:\n  s3:\n    allow:\n      - prefix: a/\n", "storage.s3.allow[0].bucket"},
 		{"batch:\n  max_wait: forever\n", "forever"},
+		{"outage_hold: 0s\n", "outage_hold"},
+		{"limits:\n  max_header_bytes: 100000000\n", "limits.header_budget_bytes"},
+		{"storage:\n  file_allow:\n    - prefix: /abs/\n", "storage.file_allow[0].prefix"},
+		{"storage:\n  s3:\n    stale_upload_age: 10ms\n", "storage.s3.stale_upload_age"},
 	}
 	for _, c := range cases {
 		_, _, err := loadConfig([]string{"--config", writeFile(t, "w.yaml", c.yaml)}, env(nil), io.Discard)

@@ -102,7 +102,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	memLimit := boundMemory(cfg.BudgetBytes, getenv)
+	memLimit := boundMemory(cfg.BudgetBytes, cfg.Limits.HeaderBudgetBytes, getenv)
 	be, err := openBackend(cfg.Backend, poolBytes(cfg.BudgetBytes), log)
 	if err != nil {
 		return err
@@ -121,20 +121,26 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 		Help: "Header reads of an object served by another job's read of it in flight (a shared w), instead of a request.",
 	}, func() float64 { return float64(store.r.SharedReads()) }))
 	tbe := newTracedBackend(be, reg, log)
+	// The gate holds jobs while /readyz says a dependency is down (the
+	// prober below sets it).
+	gate := jobs.NewGate(cfg.OutageHold)
 	batcher := jobs.NewBatcher(tbe, jobs.BatchConfig{MaxJobs: cfg.Batch.MaxJobs, MaxBytes: cfg.Batch.MaxBytes, MaxWait: cfg.Batch.MaxWait}, metrics, log)
 	h, err := jobs.NewHandler(jobs.HandlerConfig{
 		Backend: tbe, Batcher: batcher, Store: store, Budget: jobs.NewBudget(cfg.BudgetBytes),
 		Limits:     jobs.Limits{MaxElements: cfg.Limits.MaxElements, MaxBytes: cfg.Limits.MaxJobBytes},
-		SigningKey: cfg.secrets.SigningKey, Worker: cfg.Worker, Metrics: metrics, Logger: log,
+		SigningKey: cfg.secrets.SigningKey, Worker: cfg.Worker, Metrics: metrics, Logger: log, Gate: gate,
 	})
 	if err != nil {
 		return err
 	}
 	srv := asynq.NewServer(redis, asynq.Config{
-		Concurrency:     cfg.Concurrency,
-		Queues:          cfg.Queues,
-		StrictPriority:  cfg.StrictPrio,
-		RetryDelayFunc:  jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
+		Concurrency:    cfg.Concurrency,
+		Queues:         cfg.Queues,
+		StrictPriority: cfg.StrictPrio,
+		RetryDelayFunc: jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
+		// An outage (storage down, Redis gone while a result is written,
+		// a job held at the gate) does not use up a job's retries.
+		IsFailure:       jobs.IsFailure,
 		ShutdownTimeout: cfg.Shutdown,
 		// asynq polls (it does not block on Redis): when the queues are
 		// empty, its fetcher sleeps 0.5-1.5 x TaskCheckInterval (default
@@ -156,7 +162,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	probes := newProber(reg, log,
 		depCheck{"redis", func(context.Context) error { return srv.Ping() }},
 		depCheck{"storage", store.Ping})
+	probes.gate = gate
 	go probes.run(ctx)
+	if store.s3 != nil && cfg.Storage.S3.StaleUploadAge > 0 {
+		go uploadJanitor(ctx, store.s3, cfg.Storage.S3.StaleUploadAge, log.With("component", "janitor"))
+	}
 	var httpAddr string
 	if cfg.HTTPAddr != "" {
 		addr, err := serveHTTP(ctx, cfg.HTTPAddr, reg, probes, log)
@@ -186,6 +196,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	<-ctx.Done()
 	stop() // a second signal kills the process the default way
 	log.Info("signal received: no new jobs; finishing the batches in flight", "shutdown_timeout", cfg.Shutdown)
+	gate.Close() // jobs held at the gate go back to the queue
 	// Shutdown stops fetching and waits for active handlers (which need the
 	// batcher running) up to ShutdownTimeout; jobs still running after that
 	// go back to the queue. Then the batcher drains what it still holds.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
 // Probe timing: a dependency is checked every probeInterval, and a check
@@ -41,6 +43,10 @@ type prober struct {
 	up   *prometheus.GaugeVec
 	log  *slog.Logger
 
+	// gate, when set, follows readiness: shut while a dependency is
+	// down, so the handler takes no new work then.
+	gate *jobs.Gate
+
 	mu    sync.Mutex
 	state map[string]depState
 }
@@ -57,17 +63,19 @@ func newProber(reg prometheus.Registerer, log *slog.Logger, deps ...depCheck) *p
 	return p
 }
 
-// run probes once at once, then every probeInterval until ctx ends.
+// run probes once at once, then every probeInterval until ctx ends, and
+// sets the gate after each round.
 func (p *prober) run(ctx context.Context) {
-	p.probe(ctx)
-	t := time.NewTicker(probeInterval)
-	defer t.Stop()
-	for {
+	for t := time.NewTicker(probeInterval); ; {
+		p.probe(ctx)
+		if p.gate != nil && ctx.Err() == nil {
+			p.gate.Set(p.ready())
+		}
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
-			p.probe(ctx)
 		}
 	}
 }

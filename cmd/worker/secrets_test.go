@@ -174,6 +174,7 @@ func TestWorkerNeverPrintsSecrets(t *testing.T) {
 backend: cpu
 retry_base: 50ms
 retry_max: 200ms
+outage_hold: 1s
 log_level: debug
 redis:
   addr: %s
@@ -344,8 +345,10 @@ signing_key_file: %s
 	keep("output object", string(outObj))
 
 	// 2. A wrong S3 secret (a worker with a stale key in a fleet): not
-	// ready (storage), and a job it takes fails with an access error and
-	// is retried, not archived, so a correctly configured worker runs it.
+	// ready (storage), so a job it takes waits at its readiness gate and
+	// goes back to the queue, naming the access error, without using up a
+	// retry; it is never archived, and a correctly configured worker runs
+	// it.
 	w2 := runWorker(t, bin, cleanEnv(), "--config", wrongS3Cfg)
 	keep("readyz wrong s3", w2.waitReady(t, 503, "storage", "access denied"))
 	denied, err := client.Enqueue(ctx, job("s3://tensors/o5"), asynq.MaxRetry(25))
@@ -357,7 +360,10 @@ signing_key_file: %s
 		if s.State == jobs.StateFailed {
 			t.Fatalf("a job refused by the storage credentials was archived: %s", s.LastErr)
 		}
-		if s.Retried >= 1 && strings.Contains(s.LastErr, "access denied") {
+		if s.Retried != 0 {
+			t.Fatalf("a job held by a worker that is not ready used up a retry: retried %d, last error %q", s.Retried, s.LastErr)
+		}
+		if strings.Contains(s.LastErr, "not ready") && strings.Contains(s.LastErr, "access denied") {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -9,6 +9,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/internal/jobstore"
 	"github.com/rmsgrad/rmsgrad/storage"
 	"github.com/rmsgrad/rmsgrad/storage/file"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
 )
 
 // routerStore is the worker's jobs.Store: the router behind the shared
@@ -17,6 +18,7 @@ type routerStore struct {
 	jobstore.Store
 	r     *storage.Router
 	pings []func(context.Context) error
+	s3    *s3.Store // nil: no S3 store configured
 }
 
 // Ping checks each configured store answers: a missing object is an answer.
@@ -34,11 +36,15 @@ func (s *routerStore) Ping(ctx context.Context) error {
 // file_root is set, S3 when an endpoint is. No store at all is a config
 // error: the worker could not read a single tensor.
 func openStore(ctx context.Context, cfg Config) (*routerStore, error) {
-	r := storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes),
+	r := storage.NewRouter(storage.WithMaxHeaderBytes(cfg.Limits.MaxHeaderBytes), storage.WithHeaderBudget(cfg.Limits.HeaderBudgetBytes),
 		storage.WithSharedReads(!cfg.Storage.DisableSharedReads))
 	rs := &routerStore{Store: jobstore.Store{R: r}, r: r}
 	if root := cfg.Storage.FileRoot; root != "" {
-		fs, err := file.New(root)
+		var rules []file.Rule
+		for _, r := range cfg.Storage.FileAllow {
+			rules = append(rules, file.Rule{Prefix: r.Prefix, ReadOnly: r.ReadOnly})
+		}
+		fs, err := file.New(root, rules...)
 		if err != nil {
 			return nil, fmt.Errorf("config: %s: %w", keyName("storage.file_root"), err)
 		}

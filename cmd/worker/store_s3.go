@@ -16,6 +16,7 @@ func addS3(ctx context.Context, cfg Config, rs *routerStore) error {
 		return fmt.Errorf("config: storage.s3: %w", err)
 	}
 	rs.r.Register("s3", st)
+	rs.s3 = st
 	for _, a := range c.Allow {
 		rs.pings = append(rs.pings, func(ctx context.Context) error {
 			_, err := st.Stat(ctx, storage.Ref{Scheme: "s3", Bucket: a.Bucket, Key: a.Prefix + ".rmsgrad-ping"})
@@ -30,9 +31,10 @@ func s3Config(cfg Config) s3.Config {
 	c := cfg.Storage.S3
 	sc := s3.Config{Endpoint: c.Endpoint, Region: c.Region, AccessKey: cfg.secrets.S3AccessKey,
 		SecretKey: cfg.secrets.S3SecretKey, TLS: c.TLS, CAFile: c.CAFile, DisableFastPath: c.DisableFastPath,
-		MultipartThreshold: c.MultipartThreshold, PartSize: c.PartSize}
+		MultipartThreshold: c.MultipartThreshold, PartSize: c.PartSize,
+		Backoff: storage.Backoff{Attempts: c.Backoff.Attempts, Base: c.Backoff.Base, Max: c.Backoff.Max}}
 	for _, a := range c.Allow {
-		r := s3.AllowRule{Bucket: a.Bucket}
+		r := s3.AllowRule{Bucket: a.Bucket, ReadOnly: a.ReadOnly}
 		if a.Prefix != "" {
 			r.Prefixes = []string{a.Prefix}
 		}

@@ -25,13 +25,33 @@ const chunk = 8 << 20
 type Store struct {
 	roots []string // the root as configured (absolute, clean) and with symlinks resolved
 	root  *os.Root
+	rules []Rule // nil: the whole root, read and write
 }
 
 var _ storage.Store = (*Store)(nil)
 
+// Rule opens the paths under Prefix, relative to the store's root, for
+// reading, and for writing unless ReadOnly: the file store's counterpart of
+// the S3 allow-list. A path matches when its part below the root starts
+// with Prefix (end it with "/" to mean a directory: "in/" matches "in/a"
+// but not "inputs/a"). With rules, a path no rule matches can be neither
+// read nor written, and an output path may not go through a symbolic link
+// to a directory (it could lead into a read-only prefix).
+type Rule struct {
+	Prefix   string
+	ReadOnly bool
+}
+
 // New opens the store rooted at root, the allow-listed directory: only
-// paths below it can be read or written.
-func New(root string) (*Store, error) {
+// paths below it can be read or written, and, with rules, only those the
+// rules open (see Rule).
+func New(root string, rules ...Rule) (*Store, error) {
+	for i, r := range rules {
+		p := strings.TrimSuffix(r.Prefix, "/")
+		if r.Prefix == "" || strings.HasPrefix(r.Prefix, "/") || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
+			return nil, fmt.Errorf("file store rule %d: prefix %q must be a clean path relative to the root (for example \"in/\")", i, r.Prefix)
+		}
+	}
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("file store root %q: %w", root, err)
@@ -51,7 +71,7 @@ func New(root string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file store root %q: %w", root, err)
 	}
-	s := &Store{roots: []string{abs}, root: r}
+	s := &Store{roots: []string{abs}, root: r, rules: rules}
 	if real != abs {
 		s.roots = append(s.roots, real)
 	}
@@ -84,9 +104,83 @@ func (s *Store) rel(ref storage.Ref) (string, error) {
 	return "", storage.Errorf(storage.ErrNotAllowed, "path is outside the file store root %s (storage.file_root)", s.roots[0])
 }
 
-// Check applies the root to ref without I/O (symlinks are checked on open).
+// Check applies the root and the rules to ref without I/O (symlinks are
+// checked on open).
 func (s *Store) Check(ref storage.Ref, write bool) error {
-	_, err := s.rel(ref)
+	rel, err := s.rel(ref)
+	if err != nil || s.rules == nil {
+		return err
+	}
+	readable := false
+	for _, r := range s.rules {
+		if !strings.HasPrefix(rel, r.Prefix) {
+			continue
+		}
+		if !write || !r.ReadOnly {
+			return nil
+		}
+		readable = true
+	}
+	if readable {
+		return storage.Errorf(storage.ErrNotAllowed, "path %s is in a read-only prefix of the file store (storage.file_allow)", ref.Key)
+	}
+	if write {
+		return storage.Errorf(storage.ErrNotAllowed, "path %s is outside the prefixes this worker may write under the file store root (storage.file_allow)", ref.Key)
+	}
+	return storage.Errorf(storage.ErrNotAllowed, "path %s is outside the prefixes this worker may read under the file store root (storage.file_allow)", ref.Key)
+}
+
+// checkWritePath refuses an output path whose directories go through a
+// symbolic link, when rules are set: a link in a writable prefix could
+// lead into a read-only one. Directories that do not exist yet are fine
+// (Put makes them).
+func (s *Store) checkWritePath(rel string) error {
+	if s.rules == nil {
+		return nil
+	}
+	dir := path.Dir(rel)
+	if dir == "." {
+		return nil
+	}
+	p := ""
+	for _, seg := range strings.Split(dir, "/") {
+		p = path.Join(p, seg)
+		fi, err := s.root.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return classify(err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return storage.Errorf(storage.ErrNotAllowed, "output path goes through the symbolic link %s: with write rules (storage.file_allow) outputs may not", path.Join(s.roots[0], p))
+		}
+	}
+	return nil
+}
+
+// unwritable explains a failed write of rel, when the cause is one no retry
+// can fix: rel is an existing directory, or one of its parents is a
+// regular file. Else it returns err as it was.
+func (s *Store) unwritable(rel string, err error) error {
+	full := func(p string) string { return "file://" + path.Join(s.roots[0], p) }
+	if fi, lerr := s.root.Lstat(rel); lerr == nil && fi.IsDir() {
+		return storage.Errorf(storage.ErrNotWritable, "output path %s is an existing directory, which an object cannot replace", full(rel))
+	}
+	p := ""
+	for _, seg := range strings.Split(path.Dir(rel), "/") {
+		if seg == "." {
+			break
+		}
+		p = path.Join(p, seg)
+		fi, lerr := s.root.Lstat(p)
+		if lerr != nil {
+			break
+		}
+		if fi.Mode().IsRegular() {
+			return storage.Errorf(storage.ErrNotWritable, "output path %s lies under %s, which is a regular file, not a directory", full(rel), full(p))
+		}
+	}
 	return err
 }
 
@@ -182,10 +276,13 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := s.checkWritePath(rel); err != nil {
+		return err
+	}
 	dir := path.Dir(rel)
 	if dir != "." {
 		if err := s.root.MkdirAll(dir, 0o755); err != nil {
-			return classify(err)
+			return s.unwritable(rel, classify(err))
 		}
 	}
 	var rnd [8]byte
@@ -193,7 +290,7 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 	tmp := path.Join(dir, "."+path.Base(rel)+".tmp-"+hex.EncodeToString(rnd[:]))
 	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return classify(err)
+		return s.unwritable(rel, classify(err))
 	}
 	defer func() {
 		if err != nil {
@@ -222,7 +319,7 @@ func (s *Store) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int6
 	}
 	if err = s.root.Rename(tmp, rel); err != nil {
 		_ = s.root.Remove(tmp)
-		return classify(err)
+		return s.unwritable(rel, classify(err))
 	}
 	// Make the rename itself durable.
 	if d, derr := s.root.Open(dir); derr == nil {

@@ -25,21 +25,127 @@ func newStore(t *testing.T) (*file.Store, string) {
 	return s, s.Root()
 }
 
-// TestConformance runs the suite every store passes.
+// TestConformance runs the suite every store passes: on the whole root,
+// and with write rules (a read-write and a read-only prefix).
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Fixture {
-		s, root := newStore(t)
-		outside := t.TempDir()
-		if err := os.WriteFile(filepath.Join(outside, "x"), []byte("secret"), 0o644); err != nil {
-			t.Fatal(err)
+	for _, rules := range []bool{false, true} {
+		name := "root"
+		if rules {
+			name = "rules"
 		}
-		return storetest.Fixture{
-			Store:  s,
-			Scheme: "file",
-			Base:   "file://" + root + "/",
-			Denied: []string{"file://" + outside + "/x", "file:///etc/passwd", "file://" + root + "-sibling/x"},
+		t.Run(name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) storetest.Fixture {
+				dir := t.TempDir()
+				var rs []file.Rule
+				base := "file://" + dir + "/"
+				if rules {
+					rs = []file.Rule{{Prefix: "rw/"}, {Prefix: "ro/", ReadOnly: true}}
+					base += "rw/"
+				}
+				s, err := file.New(dir, rs...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				outside := t.TempDir()
+				if err := os.WriteFile(filepath.Join(outside, "x"), []byte("secret"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				f := storetest.Fixture{
+					Store:                s,
+					Scheme:               "file",
+					Base:                 base,
+					Denied:               []string{"file://" + outside + "/x", "file:///etc/passwd", "file://" + dir + "-sibling/x"},
+					MustRefuseUnwritable: true,
+				}
+				if rules {
+					f.ReadOnly = "file://" + dir + "/ro/"
+					f.Denied = append(f.Denied, "file://"+dir+"/other/x", "file://"+dir+"/rwx/x")
+				}
+				return f
+			})
+		})
+	}
+}
+
+// TestRules: with rules, a job cannot overwrite another's inputs (a
+// read-only prefix), nor reach them through a symbolic link in a writable
+// prefix; reads of the read-only prefix work; bad rules fail at New.
+func TestRules(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "in"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "in", "x.safetensors"), []byte("input"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../in", filepath.Join(dir, "out", "link")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := file.New(dir, file.Rule{Prefix: "in/", ReadOnly: true}, file.Rule{Prefix: "out/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := storage.NewRouter()
+	r.Register("file", s)
+	in := "file://" + dir + "/in/x.safetensors"
+	if err := r.Check(in, false); err != nil {
+		t.Errorf("reading the read-only prefix: %v", err)
+	}
+	for _, uri := range []string{in, "file://" + dir + "/in/new.safetensors", "file://" + dir + "/elsewhere.safetensors"} {
+		err := r.Put(ctx, uri, strings.NewReader("out"), 3)
+		if !errors.Is(err, storage.ErrNotAllowed) || !storage.Permanent(err) || !strings.Contains(err.Error(), "storage.file_allow") {
+			t.Errorf("Put(%s) = %v, want a permanent ErrNotAllowed naming storage.file_allow", uri, err)
 		}
-	})
+	}
+	viaLink := "file://" + dir + "/out/link/x.safetensors"
+	if err := r.Put(ctx, viaLink, strings.NewReader("out"), 3); !errors.Is(err, storage.ErrNotAllowed) || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("Put through a link into the read-only prefix = %v, want ErrNotAllowed naming the link", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "in", "x.safetensors")); string(b) != "input" {
+		t.Fatalf("the input was overwritten: %q", b)
+	}
+	if err := r.Put(ctx, "file://"+dir+"/out/a/y.safetensors", strings.NewReader("out"), 3); err != nil {
+		t.Errorf("Put in the writable prefix: %v", err)
+	}
+	for _, bad := range []string{"", "/abs/", "../up/", "a/../b", "./x"} {
+		if _, err := file.New(dir, file.Rule{Prefix: bad}); err == nil {
+			t.Errorf("file.New with prefix %q succeeded", bad)
+		}
+	}
+}
+
+// TestUnwritablePaths: an output path that is a directory, or lies under a
+// regular file, fails at once and for good, naming the path and why.
+func TestUnwritablePaths(t *testing.T) {
+	ctx := context.Background()
+	s, root := newStore(t)
+	r := storage.NewRouter()
+	r.Register("file", s)
+	if err := os.MkdirAll(filepath.Join(root, "adir", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "afile"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ uri, why string }{
+		{"file://" + root + "/adir", "is an existing directory"},
+		{"file://" + root + "/afile/out.safetensors", "lies under file://" + root + "/afile, which is a regular file"},
+		{"file://" + root + "/afile/deeper/out.safetensors", "which is a regular file"},
+	} {
+		err := r.Put(ctx, c.uri, strings.NewReader("out"), 3)
+		if !errors.Is(err, storage.ErrNotWritable) || !storage.Permanent(err) || !strings.Contains(err.Error(), c.why) || !strings.Contains(err.Error(), c.uri) {
+			t.Errorf("Put(%s) = %v, want permanent ErrNotWritable naming the path and %q", c.uri, err, c.why)
+		}
+		if strings.Contains(err.Error(), "renameat") || strings.Contains(err.Error(), "mkdirat") {
+			t.Errorf("Put(%s) = %v: system call text in the message", c.uri, err)
+		}
+	}
 }
 
 // TestPutTempAndRename: a write goes to a hidden temp file beside the

@@ -49,9 +49,11 @@ func fetchBack(t *testing.T, r *storage.Router, uri string, ts []storage.OutTens
 // one pooled connection when sequential, and survive the server closing
 // its connections between requests (a gateway restart, and versitygw's
 // default of one response per connection).
-func TestFastPathPool(t *testing.T) {
+func TestFastPathPool(t *testing.T) { eachServer(t, testFastPathPool) }
+
+func testFastPathPool(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp })
 	r := newRouter(st)
@@ -91,7 +93,7 @@ func TestFastPathPool(t *testing.T) {
 	// Without VGW_KEEP_ALIVE versitygw answers each request on its own
 	// connection and closes it.
 	t.Setenv("VGW_KEEP_ALIVE", "")
-	gw1 := testenv.Versitygw(t, testBuckets...)
+	gw1 := gateway(t, kind)
 	st1 := newStore(t, gw1, nil)
 	fetch1 := fetchBack(t, newRouter(st1), "s3://data/t/fast1.safetensors", ts)
 	for range 2 {
@@ -178,9 +180,11 @@ func (c *cutReader) Close() error { return c.r.Close() }
 // TestFastPathOddAnswers: chunked answers go through minio-go, cut bodies
 // resume from where they stopped, Connection: close is honoured; bytes are
 // right whenever the fetch succeeds.
-func TestFastPathOddAnswers(t *testing.T) {
+func TestFastPathOddAnswers(t *testing.T) { eachServer(t, testFastPathOddAnswers) }
+
+func testFastPathOddAnswers(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	p := newOddProxy(t, gw)
 	tp := newTap()
 	st := newStore(t, gw, func(c *s3.Config) { c.Endpoint = strings.TrimPrefix(p.URL, "http://"); c.Transport = tp })
@@ -230,8 +234,10 @@ func TestFastPathOddAnswers(t *testing.T) {
 // the fetch with DeadlineExceeded (not a stall, not permanent), and a
 // cancelled context before the request is returned as is; the connections
 // involved are not pooled.
-func TestFastPathContext(t *testing.T) {
-	gw := gateway(t)
+func TestFastPathContext(t *testing.T) { eachServer(t, testFastPathContext) }
+
+func testFastPathContext(t *testing.T, kind string) {
+	gw := gateway(t, kind)
 	p := newFaultProxy(t, gw)
 	st := proxiedStore(t, gw, p, func(c *s3.Config) { c.StallTimeout = 10 * time.Second })
 	r := newRouter(st)
@@ -302,8 +308,10 @@ func TestFastPathTLS(t *testing.T) {
 }
 
 // TestFastPathOff: with DisableFastPath every GET goes through minio-go.
-func TestFastPathOff(t *testing.T) {
-	gw := gateway(t)
+func TestFastPathOff(t *testing.T) { eachServer(t, testFastPathOff) }
+
+func testFastPathOff(t *testing.T, kind string) {
+	gw := gateway(t, kind)
 	st := newStore(t, gw, func(c *s3.Config) { c.DisableFastPath = true })
 	if s3.FastIdle(st) != -1 {
 		t.Fatal("DisableFastPath left the fast path on")
@@ -318,9 +326,11 @@ func TestFastPathOff(t *testing.T) {
 // path from the compute buffers (one PUT, no fallback, the connection
 // pooled for the reads that follow) and reads back byte for byte; a large
 // body cut off mid-way by a dying sender leaves the old object.
-func TestFastPathPut(t *testing.T) {
+func TestFastPathPut(t *testing.T) { eachServer(t, testFastPathPut) }
+
+func testFastPathPut(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp })
 	r := newRouter(st)

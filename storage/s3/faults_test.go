@@ -119,9 +119,11 @@ func proxiedStore(t *testing.T, gw *testenv.S3, p *faultProxy, edit func(*s3.Con
 
 // TestRetryClassification: 5xx, 429 and stalls are retried (and a read
 // resumes where it stopped); 4xx are not: one request, a permanent error.
-func TestRetryClassification(t *testing.T) {
+func TestRetryClassification(t *testing.T) { eachServer(t, testRetryClassification) }
+
+func testRetryClassification(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	p := newFaultProxy(t, gw)
 	tp := newTap()
 	st := proxiedStore(t, gw, p, func(c *s3.Config) { c.StallTimeout = time.Second; c.Transport = tp })
@@ -224,9 +226,11 @@ func TestRetryClassification(t *testing.T) {
 // TestRefusedConnection: a gateway that is down (connection refused) is
 // retried with backoff until the attempts run out; when it comes back up
 // within the retries, the call succeeds.
-func TestRefusedConnection(t *testing.T) {
+func TestRefusedConnection(t *testing.T) { eachServer(t, testRefusedConnection) }
+
+func testRefusedConnection(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	r0 := newRouter(newStore(t, gw, nil))
 	uri := "s3://data/t/refused.safetensors"
 	x := tensor("x", 64, 64, 1)
@@ -275,8 +279,10 @@ func TestRefusedConnection(t *testing.T) {
 
 // TestContextDuringRetries: a deadline ends the backoff between retries;
 // the error is the context's, not permanent.
-func TestContextDuringRetries(t *testing.T) {
-	gw := gateway(t)
+func TestContextDuringRetries(t *testing.T) { eachServer(t, testContextDuringRetries) }
+
+func testContextDuringRetries(t *testing.T, kind string) {
+	gw := gateway(t, kind)
 	gw.Kill()
 	st := newStore(t, gw, func(c *s3.Config) {
 		c.Backoff = storage.Backoff{Attempts: 100, Base: time.Second, Max: 10 * time.Second}

@@ -19,13 +19,26 @@ import (
 // other (exists, not in the allow-list).
 var testBuckets = []string{"data", "readonly", "other"}
 
-// gateway starts a versitygw with HTTP keep-alive on, as S3 services have
-// it: versitygw closes every connection after one response by default, and
-// the tests must also cover pooled connections that die with a restart.
-func gateway(t testing.TB) *testenv.S3 {
+// gateway starts the S3 server of kind (testenv.S3Servers) with the test
+// buckets. versitygw runs with HTTP keep-alive on, as S3 services have it:
+// it closes every connection after one response by default, and the tests
+// must also cover pooled connections that die with a restart (MinIO keeps
+// connections alive anyway).
+func gateway(t testing.TB, kind string) *testenv.S3 {
 	t.Helper()
-	t.Setenv("VGW_KEEP_ALIVE", "true")
-	return testenv.Versitygw(t, testBuckets...)
+	if kind == "versitygw" {
+		t.Setenv("VGW_KEEP_ALIVE", "true")
+	}
+	return testenv.StartS3(t, kind, testBuckets...)
+}
+
+// eachServer runs f as a subtest against each S3 server the tests know:
+// versitygw and MinIO, two independent implementations, so that what the
+// store (its fast path above all) assumes of S3 holds for more than one.
+func eachServer(t *testing.T, f func(t *testing.T, kind string)) {
+	for _, kind := range testenv.S3Servers {
+		t.Run(kind, func(t *testing.T) { f(t, kind) })
+	}
 }
 
 // benchGateway is gateway without versitygw's access log: the test
@@ -35,7 +48,7 @@ func gateway(t testing.TB) *testenv.S3 {
 func benchGateway(b *testing.B) *testenv.S3 {
 	b.Helper()
 	b.Setenv("VGW_QUIET", "true")
-	return gateway(b)
+	return gateway(b, "versitygw")
 }
 
 // fastBackoff keeps retry tests short while still backing off.

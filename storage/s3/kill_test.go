@@ -37,9 +37,11 @@ func killAt(gw *testenv.S3, after int64) (*hook, chan struct{}) {
 // TestKillDuringFetch: the gateway is killed a quarter into a large ranged
 // read and restarted; the read resumes where it stopped (a later GET asks
 // for the rest) and the buffer holds exactly the tensor's bytes.
-func TestKillDuringFetch(t *testing.T) {
+func TestKillDuringFetch(t *testing.T) { eachServer(t, testKillDuringFetch) }
+
+func testKillDuringFetch(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	r := newRouter(newStore(t, gw, func(c *s3.Config) { c.Transport = tp; c.Backoff = patient }))
 	uri := "s3://data/t/kill-fetch.safetensors"
@@ -88,9 +90,11 @@ func TestKillDuringFetch(t *testing.T) {
 // TestKillDuringFetchStaysDown: with the gateway gone for good the read
 // fails with a transient ErrUnavailable after its retries; it never
 // reports success with a short buffer.
-func TestKillDuringFetchStaysDown(t *testing.T) {
+func TestKillDuringFetchStaysDown(t *testing.T) { eachServer(t, testKillDuringFetchStaysDown) }
+
+func testKillDuringFetchStaysDown(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	r := newRouter(newStore(t, gw, func(c *s3.Config) {
 		c.Transport = tp
@@ -118,7 +122,9 @@ func TestKillDuringFetchStaysDown(t *testing.T) {
 // TestKillDuringWrite: the gateway is killed while a multipart upload and
 // while a single PUT are sending, then restarted; Write starts the upload
 // again from the compute buffers and the object reads back whole.
-func TestKillDuringWrite(t *testing.T) {
+func TestKillDuringWrite(t *testing.T) { eachServer(t, testKillDuringWrite) }
+
+func testKillDuringWrite(t *testing.T, kind string) {
 	for _, c := range []struct {
 		name      string
 		rows      int
@@ -129,7 +135,7 @@ func TestKillDuringWrite(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			gw := gateway(t)
+			gw := gateway(t, kind)
 			tp := newTap()
 			st := newStore(t, gw, func(cfg *s3.Config) {
 				cfg.Transport = tp
@@ -178,9 +184,11 @@ func TestKillDuringWrite(t *testing.T) {
 
 // TestKillDuringWriteStaysDown: a write that cannot finish fails with a
 // transient error, and readers still see the previous object whole.
-func TestKillDuringWriteStaysDown(t *testing.T) {
+func TestKillDuringWriteStaysDown(t *testing.T) { eachServer(t, testKillDuringWriteStaysDown) }
+
+func testKillDuringWriteStaysDown(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	r := newRouter(newStore(t, gw, func(c *s3.Config) {
 		c.Transport = tp
@@ -214,8 +222,10 @@ func TestKillDuringWriteStaysDown(t *testing.T) {
 // TestCancelMidTransfer: cancelling the context stops a large read and a
 // large write promptly; neither is permanent, and the cancelled write
 // leaves no object.
-func TestCancelMidTransfer(t *testing.T) {
-	gw := gateway(t)
+func TestCancelMidTransfer(t *testing.T) { eachServer(t, testCancelMidTransfer) }
+
+func testCancelMidTransfer(t *testing.T, kind string) {
+	gw := gateway(t, kind)
 	tp := newTap()
 	r := newRouter(newStore(t, gw, func(c *s3.Config) { c.Transport = tp; c.Backoff = patient }))
 	uri := "s3://data/t/cancel.safetensors"

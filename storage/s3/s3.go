@@ -997,7 +997,7 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, r io.Reader, 
 				}
 				if err != nil {
 					cancel()
-					errs <- fmt.Errorf("part %d of %d (bytes %d-%d): %w", i+1, n, off, end-1, classify(err))
+					errs <- fmt.Errorf("part %d of %d (bytes %d-%d): %w", i+1, n, off, end-1, uploadErr(err))
 					return
 				}
 				parts[i] = p
@@ -1024,8 +1024,14 @@ func (s *Store) putMultipart(ctx context.Context, ref storage.Ref, r io.Reader, 
 	if sum, err := minio.ChecksumCRC32C.CompositeChecksum(parts); err == nil {
 		copts.UserMetadata = map[string]string{minio.ChecksumCRC32C.Key(): sum.Encoded(), "x-amz-checksum-type": minio.ChecksumCompositeMode.String()}
 	}
+	// The uploads of this key in progress, ours among them: those that
+	// began before ours are aborted once ours completes (uploads.go).
+	ups, lerr := s.keyUploads(ctx, ref.Bucket, ref.Key)
 	if _, err := s.core.CompleteMultipartUpload(ctx, ref.Bucket, ref.Key, id, complete, copts); err != nil {
-		return classify(err)
+		return uploadErr(err)
+	}
+	if lerr == nil {
+		s.abortOlder(context.WithoutCancel(ctx), ref.Bucket, ref.Key, id, ups)
 	}
 	return nil
 }

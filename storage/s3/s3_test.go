@@ -36,9 +36,11 @@ func tensor(name string, rows, cols int, seed uint64) storage.OutTensor {
 // TestRangeReadOneTensor: Head reads only the header (one small GET, then
 // nothing but a HEAD once cached) and Fetch reads exactly the tensor's byte
 // range of a multi-tensor object, straight into the buffer.
-func TestRangeReadOneTensor(t *testing.T) {
+func TestRangeReadOneTensor(t *testing.T) { eachServer(t, testRangeReadOneTensor) }
+
+func testRangeReadOneTensor(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	r := newRouter(newStore(t, gw, func(c *s3.Config) { c.Transport = tp }))
 	uri := "s3://data/t/multi.safetensors"
@@ -83,9 +85,11 @@ func TestRangeReadOneTensor(t *testing.T) {
 // (the common single-tensor file) is read with one plain GET whose prefix is
 // dropped, not a Range GET: the server's whole-object path is faster. A
 // tensor behind more than 64 KiB still gets its exact range.
-func TestTailRead(t *testing.T) {
+func TestTailRead(t *testing.T) { eachServer(t, testTailRead) }
+
+func testTailRead(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	r := newRouter(newStore(t, gw, func(c *s3.Config) { c.Transport = tp }))
 	uri := "s3://data/t/tail.safetensors"
@@ -126,9 +130,11 @@ var multipartETag = regexp.MustCompile(`-(\d+)"?$`)
 // TestMultipart: an output larger than the part size goes up as a
 // multipart upload (the object's ETag says how many parts) and reads back
 // byte for byte.
-func TestMultipart(t *testing.T) {
+func TestMultipart(t *testing.T) { eachServer(t, testMultipart) }
+
+func testMultipart(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp; c.PartSize, c.MultipartThreshold = 5<<20, 5<<20 })
 	r := newRouter(st)
@@ -178,12 +184,14 @@ func TestMultipart(t *testing.T) {
 // TestLargeObject: a 256 MiB tensor (plus a small one) is written from
 // buffers as a multipart upload, then fetched into a buffer; both sides
 // are checked against the sha256 recorded in __metadata__.
-func TestLargeObject(t *testing.T) {
+func TestLargeObject(t *testing.T) { eachServer(t, testLargeObject) }
+
+func testLargeObject(t *testing.T, kind string) {
 	if testing.Short() {
 		t.Skip("256 MiB object: skipped under -short")
 	}
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	st := newStore(t, gw, nil) // default part size (16 MiB)
 	r := newRouter(st)
 	uri := "s3://data/t/large.safetensors"
@@ -233,9 +241,11 @@ func TestLargeObject(t *testing.T) {
 
 // TestWrongCredentials: a bad secret or access key is a permanent
 // ErrAccess after one request, and the error never holds a secret.
-func TestWrongCredentials(t *testing.T) {
+func TestWrongCredentials(t *testing.T) { eachServer(t, testWrongCredentials) }
+
+func testWrongCredentials(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	good := newRouter(newStore(t, gw, nil))
 	if _, err := good.Write(ctx, "s3://data/t/c.safetensors", []storage.OutTensor{tensor("x", 4, 4, 1)}, nil); err != nil {
 		t.Fatal(err)
@@ -275,9 +285,11 @@ func TestWrongCredentials(t *testing.T) {
 
 // TestMissingBucketAndKey: a missing bucket (allow-listed but absent) and a
 // missing key are permanent ErrNotFound after one request each.
-func TestMissingBucketAndKey(t *testing.T) {
+func TestMissingBucketAndKey(t *testing.T) { eachServer(t, testMissingBucketAndKey) }
+
+func testMissingBucketAndKey(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp })
 	r := newRouter(st)
@@ -315,9 +327,11 @@ func TestMissingBucketAndKey(t *testing.T) {
 // TestOddKeys: keys with spaces, plus signs, unicode and other characters
 // S3 allows round-trip, so the read signer's canonical path matches the
 // server's (every GET and HEAD here is signed by sign.go).
-func TestOddKeys(t *testing.T) {
+func TestOddKeys(t *testing.T) { eachServer(t, testOddKeys) }
+
+func testOddKeys(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	r := newRouter(newStore(t, gw, nil))
 	for _, key := range []string{"t/a b+c.safetensors", "t/ünï/cødé.safetensors", "t/x=1&y=2;(z)!*'~,$@.safetensors", "t/UPPER/-_.safetensors"} {
 		uri := "s3://data/" + key
@@ -339,9 +353,11 @@ func TestOddKeys(t *testing.T) {
 // TestSmallObjectOneRequest: Head of a small object is one GET of its
 // first 64 KiB, which brings the tensor too: Fetch makes no request. An
 // empty or truncated object is a permanent ErrFormat.
-func TestSmallObjectOneRequest(t *testing.T) {
+func TestSmallObjectOneRequest(t *testing.T) { eachServer(t, testSmallObjectOneRequest) }
+
+func testSmallObjectOneRequest(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	tp := newTap()
 	st := newStore(t, gw, func(c *s3.Config) { c.Transport = tp })
 	r := newRouter(st)
@@ -381,9 +397,11 @@ func TestSmallObjectOneRequest(t *testing.T) {
 // TestMultipartChecksum: a multipart Write sends a CRC32C of every part
 // (as minio-go's own multipart upload does, which the Write benchmark
 // compares with) and the server records their composite on the object.
-func TestMultipartChecksum(t *testing.T) {
+func TestMultipartChecksum(t *testing.T) { eachServer(t, testMultipartChecksum) }
+
+func testMultipartChecksum(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	st := newStore(t, gw, func(c *s3.Config) { c.PartSize, c.MultipartThreshold = 5<<20, 5<<20 })
 	r := newRouter(st)
 	if _, err := r.Write(ctx, "s3://data/t/mp-crc.safetensors", []storage.OutTensor{tensor("dx", 3000, 1024, 7)}, nil); err != nil {
@@ -404,9 +422,11 @@ func TestMultipartChecksum(t *testing.T) {
 // TestPartChecksumChecked: the server checks the CRC32C header a
 // multipart part carries (the store's parts send theirs in a header, not
 // a trailer): a part whose bytes do not match is refused.
-func TestPartChecksumChecked(t *testing.T) {
+func TestPartChecksumChecked(t *testing.T) { eachServer(t, testPartChecksumChecked) }
+
+func testPartChecksumChecked(t *testing.T, kind string) {
 	ctx := context.Background()
-	gw := gateway(t)
+	gw := gateway(t, kind)
 	st := newStore(t, gw, nil)
 	core := minio.Core{Client: st.Client()}
 	id, err := core.NewMultipartUpload(ctx, "data", "t/badpart", minio.PutObjectOptions{UserMetadata: map[string]string{"x-amz-checksum-algorithm": "CRC32C"}})

@@ -163,7 +163,10 @@ func (p *fastParser) entry(name string) (Entry, bool) {
 			}
 			haveShape = true
 			e.Shape = make([]int, 0, 4)
-			ok := p.ints(func(v int64) { e.Shape = append(e.Shape, int(v)) })
+			ok := p.ints(func(v int64) bool {
+				e.Shape = append(e.Shape, int(v))
+				return len(e.Shape) <= MaxDims
+			})
 			if !ok {
 				return e, false
 			}
@@ -173,7 +176,7 @@ func (p *fastParser) entry(name string) (Entry, bool) {
 			}
 			haveOffsets = true
 			n := 0
-			ok := p.ints(func(v int64) {
+			ok := p.ints(func(v int64) bool {
 				switch n {
 				case 0:
 					e.Begin = v
@@ -181,6 +184,7 @@ func (p *fastParser) entry(name string) (Entry, bool) {
 					e.End = v
 				}
 				n++
+				return n <= 2
 			})
 			if !ok || n != 2 {
 				return e, false
@@ -213,8 +217,8 @@ func (p *fastParser) entry(name string) (Entry, bool) {
 
 // ints reads an array of integers 0 or [1-9][0-9]* that fit in an int64
 // (int is 64 bits wherever the worker runs; a dimension above MaxInt
-// falls back).
-func (p *fastParser) ints(add func(int64)) bool {
+// falls back), handing each to add, and stops (false) when add says so.
+func (p *fastParser) ints(add func(int64) bool) bool {
 	if !p.Byte('[') {
 		return false
 	}
@@ -238,7 +242,9 @@ func (p *fastParser) ints(add func(int64)) bool {
 		if p.I == start || (p.B[start] == '0' && p.I-start > 1) || uint64(int(v)) != v || int(v) < 0 {
 			return false
 		}
-		add(int64(v))
+		if !add(int64(v)) {
+			return false
+		}
 		c := p.Peek()
 		p.I++
 		if c == ']' {

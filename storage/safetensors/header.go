@@ -141,6 +141,31 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 	return ParseHeader(buf, size)
 }
 
+// MaxDims is the most dimensions a tensor's shape may have. The format
+// sets no bound; this one keeps a hostile header's parse within ParseCost
+// (tensors have a handful).
+const MaxDims = 64
+
+// SlowParseMax is the largest header ParseHeader hands to its reference
+// parser (encoding/json) when the fast parser does not take it: the
+// reference parser reports every error precisely but allocates some 25
+// times the header's length, so above this length only headers in the form
+// writers produce are accepted (see ParseCost).
+const SlowParseMax = 1 << 20
+
+// ParseCost bounds the bytes ParseHeader allocates, with the header's own
+// bytes, for a header of n bytes: the fast parser stays within about 12 n
+// (many tiny tensors, or many metadata keys), the reference parser, which
+// only headers up to SlowParseMax reach, within about 35 n (TestParseCost
+// builds the worst cases). A reader holding many headers at once accounts
+// for them with it.
+func ParseCost(n int64) int64 {
+	if n <= SlowParseMax {
+		return 40 * n
+	}
+	return 16 * n
+}
+
 // ParseHeader parses and validates the JSON header (the header-length bytes
 // after the 8-byte prefix) of an object of objectSize bytes. With
 // objectSize < 0 the size checks that need it are skipped and Size is set
@@ -158,6 +183,13 @@ func ParseHeader(header []byte, objectSize int64) (*Header, error) {
 	h := &Header{DataStart: PrefixSize + int64(len(header))}
 	var ok bool
 	if h.Entries, h.Metadata, ok = fastParse(header); !ok {
+		if len(header) > SlowParseMax {
+			// encoding/json's tokens allocate some 25 times the header's
+			// length: a large header is taken only in the form writers
+			// produce, whose cost ParseCost bounds.
+			return nil, fmt.Errorf("%w: a header over %d bytes (this one is %d) must be plain JSON as safetensors writers produce it: "+
+				"no escapes in strings, integers only, no duplicate names", ErrFormat, SlowParseMax, len(header))
+		}
 		var err error
 		if h.Entries, h.Metadata, err = parseSlow(header); err != nil {
 			return nil, err
@@ -400,6 +432,9 @@ func (p *parser) ints(what, field string, want int) ([]int64, error) {
 			return nil, fmt.Errorf("%w: %s: %s value %s is not a non-negative integer that fits in int64", ErrFormat, what, field, num)
 		}
 		out = append(out, v)
+		if want < 0 && len(out) > MaxDims {
+			return nil, fmt.Errorf("%w: %s: %s has more than %d dimensions", ErrFormat, what, field, MaxDims)
+		}
 	}
 	if err := p.delim(']', what+" "+field); err != nil {
 		return nil, err

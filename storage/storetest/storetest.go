@@ -39,6 +39,13 @@ type Fixture struct {
 	Denied []string
 	// ReadOnly, when not "", is a URI prefix the store may read but not write.
 	ReadOnly string
+	// MustRefuseUnwritable says the store cannot hold an object at a path
+	// that is a directory of other objects, or under another object (a
+	// file system; S3 servers backed by one, such as versitygw's posix
+	// backend or MinIO): such writes must fail. Others (AWS S3's flat keys)
+	// may store them; the suite then only checks that a failure is
+	// permanent and clear.
+	MustRefuseUnwritable bool
 }
 
 // Run runs the suite. newFixture is called once per subtest; it registers
@@ -53,6 +60,49 @@ func Run(t *testing.T, newFixture func(t *testing.T) Fixture) {
 	t.Run("AtomicReplace", func(t *testing.T) { testAtomicReplace(t, newFixture(t)) })
 	t.Run("AllowList", func(t *testing.T) { testAllowList(t, newFixture(t)) })
 	t.Run("Context", func(t *testing.T) { testContext(t, newFixture(t)) })
+	t.Run("Unwritable", func(t *testing.T) { testUnwritable(t, newFixture(t)) })
+}
+
+// testUnwritable writes where an object can never be: at a path that is a
+// directory holding another object, and under a path that is an object.
+// A store that refuses must do so at once, permanently, with a message
+// naming the URI and why, and no system call's text.
+func testUnwritable(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	r := router(f)
+	ts := []storage.OutTensor{f32("x", 1, 4, 1)}
+	for _, seed := range []string{"u/dir/inner.safetensors", "u/file"} {
+		if _, err := r.Write(ctx, f.Base+seed, ts, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ uri, why string }{
+		{f.Base + "u/dir", "directory"},
+		{f.Base + "u/file/under.safetensors", "file"},
+	} {
+		t0 := time.Now()
+		_, err := r.Write(ctx, c.uri, ts, nil)
+		took := time.Since(t0)
+		if err == nil {
+			if f.MustRefuseUnwritable {
+				t.Errorf("Write(%s) succeeded: want it refused (a %s is in the way)", c.uri, c.why)
+			}
+			continue
+		}
+		if !storage.Permanent(err) || took > 5*time.Second {
+			t.Errorf("Write(%s) = %v after %v: want a permanent error at once", c.uri, err, took)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, c.uri) {
+			t.Errorf("Write(%s) = %q: the message does not name the URI", c.uri, msg)
+		}
+		for _, raw := range []string{"renameat", "mkdirat", "openat", "errno", "syscall"} {
+			if strings.Contains(msg, raw) {
+				t.Errorf("Write(%s) = %q: system call text (%s) in the message", c.uri, msg, raw)
+			}
+		}
+		t.Logf("Write(%s) refused: %v", c.uri, err)
+	}
 }
 
 func router(f Fixture) *storage.Router {
