@@ -39,6 +39,9 @@ type Metrics struct {
 	// BadSignatures counts jobs rejected because a signing key is
 	// configured and their signature is missing or wrong.
 	BadSignatures prometheus.Counter
+	// Tensors counts the tensors of completed jobs by tensor (x, w, dy,
+	// dx, dw) and dtype (F32, BF16, F16): the dtype mix a worker serves.
+	Tensors *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (if not nil).
@@ -73,9 +76,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BadSignatures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rmsgrad_jobs_bad_signature_total", Help: "Jobs rejected for a missing or wrong HMAC signature (a signing key is configured).",
 		}),
+		Tensors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rmsgrad_tensors_total", Help: "Tensors of completed jobs, by tensor (x, w, dy, dx, dw) and dtype (F32, BF16, F16).",
+		}, []string{"tensor", "dtype"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures)
+		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures, m.Tensors)
 	}
 	return m
 }
