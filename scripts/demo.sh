@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The zero-setup demo (make demo): a dev worker (embedded Redis-protocol
 # server, local-disk store, CPU backend unless BACKEND is set) and a few
-# hundred synthetic jobs of mixed shapes, each checked against the float64
-# oracle, then a graceful SIGTERM of the worker, which must exit 0.
+# hundred synthetic jobs of mixed shapes and dtypes, each checked against
+# the float64 oracle in its output dtype, then a graceful SIGTERM of the
+# worker, which must exit 0.
 # Environment: COUNT (jobs), SHAPES (comma-separated ROWSxDIM or AxBx..xDIM),
+# DTYPES (comma-separated f32|bf16|f16, or x/w/dy per job as bf16/f32/bf16),
 # BACKEND (cpu|auto|metal|cuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-300}
 SHAPES=${SHAPES:-8x1024,64x4096,1x257,7x5120,32x768,2x32,4x16x512}
+DTYPES=${DTYPES:-f32,bf16,f16,bf16/f32/bf16,f16/bf16/f32}
 BACKEND=${BACKEND:-cpu}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rmsgrad-demo.XXXXXX")
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -39,7 +42,7 @@ done
 echo "dev worker pid $worker: redis 127.0.0.1:$port, store $dir/data, backend $BACKEND, metrics http://127.0.0.1:$http/metrics"
 
 status=0
-bin/enqueue synth --redis "127.0.0.1:$port" --root "$dir/data" --count "$COUNT" --shape "$SHAPES" --wait || status=$?
+bin/enqueue synth --redis "127.0.0.1:$port" --root "$dir/data" --count "$COUNT" --shape "$SHAPES" --dtype "$DTYPES" --wait || status=$?
 
 kill -TERM "$worker"
 wstatus=0

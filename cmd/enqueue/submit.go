@@ -31,6 +31,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	outputs := fs.String("outputs", "dx,dw", "outputs to write: any of dx,dw,r")
 	id := fs.String("id", "", "task id: re-submitting the same job under its id is a no-op (safe retries); another job under a taken id is an error")
 	wait := fs.Bool("wait", false, "wait for the result and exit non-zero if the job fails")
+	gradDType := fs.String("grad-dtype", "", "dtype of dx and dw: f32, bf16 or f16 (the inputs may each be F32, BF16 or F16); default: dx like x, dw like w")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{2, err}
 	}
@@ -43,6 +44,14 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return &exitError{2, fmt.Errorf("--%s is required", f.name)}
 		}
 	}
+	var grad string
+	if *gradDType != "" {
+		dt, err := parseDType("grad-dtype", *gradDType)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		grad = string(dt)
+	}
 	// Redis first: an unreachable queue should fail before any upload.
 	client, err := openClient(c)
 	if err != nil {
@@ -53,7 +62,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	j := jobs.Job{V: jobs.Version, Eps: *eps, Out: *out}
+	j := jobs.Job{V: jobs.Version, Eps: *eps, Out: *out, GradDType: grad}
 	if *outputs != "" {
 		j.Outputs = strings.Split(*outputs, ",")
 	}
@@ -107,7 +116,7 @@ func printOutcome(stdout io.Writer, asJSON bool, id string, res *jobs.Result, er
 			id, res.Out, res.Rows, res.Dim, res.Backend, res.Worker, res.BatchID, res.BatchJobs, res.Timings.Total)
 		for _, name := range []string{"dx", "dw", "r"} {
 			if h, ok := res.SHA256[name]; ok {
-				fmt.Fprintf(stdout, "  %-2s sha256 %s\n", name, h)
+				fmt.Fprintf(stdout, "  %-2s sha256 %s (%s)\n", name, h, res.DTypes[name])
 			}
 		}
 		tm := res.Timings
