@@ -45,6 +45,7 @@ func DXParams(dim int, eps float32) []float32 { return []float32{float32(dim), e
 func DWParams(dim, rows int) []float32 { return []float32{float32(dim), float32(rows)} }
 
 // RMSInv records r[rows] = rsqrt(mean(x[b,:]^2) + eps); params is [eps, dim].
+// x may be F32, BF16 or F16; r must be F32.
 func (c *CommandBuffer) RMSInv(x, r Buffer, params []float32, rows, dim int) error {
 	k := KernelRMSInv
 	if err := c.check(k, rows, dim, params); err != nil {
@@ -70,7 +71,9 @@ func (c *CommandBuffer) RMSInv(x, r Buffer, params []float32, rows, dim int) err
 	return nil
 }
 
-// DX records dx[rows, dim] from x, w, dy and r; params is [dim, eps].
+// DX records dx[rows, dim] from x, w, dy and r; params is [dim, eps]. x, w,
+// dy and dx may each be F32, BF16 or F16 (dx gets the float32 result
+// rounded once to its dtype); r must be F32.
 func (c *CommandBuffer) DX(x, w, dy, r, dx Buffer, params []float32, rows, dim int) error {
 	k := KernelDX
 	if err := c.check(k, rows, dim, params); err != nil {
@@ -100,7 +103,9 @@ func (c *CommandBuffer) DX(x, w, dy, r, dx Buffer, params []float32, rows, dim i
 	return nil
 }
 
-// DW records dw[dim] = sum_b dy[b,:]*x[b,:]*r[b]; params is [dim, rows].
+// DW records dw[dim] = sum_b dy[b,:]*x[b,:]*r[b]; params is [dim, rows]. x,
+// dy and dw may each be F32, BF16 or F16 (dw is summed in float32 and
+// rounded once to its dtype); r must be F32.
 func (c *CommandBuffer) DW(x, dy, r, dw Buffer, params []float32, rows, dim int) error {
 	k := KernelDW
 	if err := c.check(k, rows, dim, params); err != nil {
@@ -193,12 +198,16 @@ func (c *CommandBuffer) check(k Kernel, rows, dim int, params []float32) error {
 	return nil
 }
 
+// checkBuf checks a buffer's presence, dtype and element count. r must be
+// F32; every other tensor may be any of DTypes.
 func checkBuf(k Kernel, name string, b Buffer, want int, wantExpr string) error {
 	if b == nil {
 		return argErr(k, name, "a buffer", "nil")
 	}
-	if b.DType() != F32 {
-		return argErr(k, name+" dtype", string(F32), b.DType())
+	if dt := b.DType(); name == "r" && dt != F32 {
+		return argErr(k, name+" dtype", "F32 (r is always float32)", dt)
+	} else if !dt.Valid() {
+		return argErr(k, name+" dtype", "one of F32, BF16, F16", dt)
 	}
 	if b.Len() != want {
 		return argErr(k, name+" element count", fmt.Sprintf("%s = %d", wantExpr, want), b.Len())

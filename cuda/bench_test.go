@@ -20,18 +20,24 @@ import (
 // turns into the README table.
 type BenchResult struct {
 	Name    string  `json:"name"`
+	DType   string  `json:"dtype"` // of every tensor but r: "F32" or "BF16"
 	Rows    int     `json:"rows"`
 	Dim     int     `json:"dim"`
 	Jobs    int     `json:"jobs"`
-	Bytes   int64   `json:"bytes"`     // minimal traffic: read x, dy, w; write dx, dw
+	Bytes   int64   `json:"bytes"`     // minimal traffic: read x, dy, w; write dx, dw (in DType)
 	OursUS  float64 `json:"ours_us"`   // kernels (rows + dw reduce), median, device-resident
 	CopyUS  float64 `json:"copy_us"`   // cuMemcpyDtoD of Bytes/2 (Bytes moved), median
-	AddUS   float64 `json:"add_us"`    // c = a + b over rows*dim floats, median
+	AddUS   float64 `json:"add_us"`    // c = a + b moving Bytes (Bytes/12 floats), median
 	TotalUS float64 `json:"total_us"`  // one Execute with uploads and downloads
 	Sets    int     `json:"sets"`      // input sets rotated so the L2 cannot hold them
 	Correct bool    `json:"correct"`   // checked against the float64 oracle
 	PerJob  float64 `json:"perjob_us"` // small jobs: kernel time per job
 	Launch1 float64 `json:"one_launch_per_job_us,omitempty"`
+}
+
+// readOut decodes r, dx and dw (in their dtypes) from their host views.
+func readOut(b []compute.Buffer) computetest.Output {
+	return computetest.Output{R: computetest.Read(b[0]), DX: computetest.Read(b[1]), DW: computetest.Read(b[2])}
 }
 
 func median(v []float64) float64 {
@@ -125,25 +131,29 @@ type benchSet struct {
 	ops  []compute.Op
 }
 
-// recordJobs allocates and fills buffers for jobs and records one worker
-// batch (every RMSInv, barrier, every DX and DW).
+// recordJobs allocates and fills buffers for jobs (each in its Mix's
+// dtypes) and records one worker batch (every RMSInv, barrier, every DX and
+// DW).
 func recordJobs(t *testing.T, b *Backend, jobs []computetest.Job) benchSet {
 	t.Helper()
 	var s benchSet
 	type jb struct{ x, w, dy, r, dx, dw compute.Buffer }
 	all := make([]jb, len(jobs))
-	alloc := func(src []float32, shape ...int) compute.Buffer {
-		buf, err := b.Alloc(compute.F32, shape...)
+	alloc := func(dt compute.DType, src []float32, shape ...int) compute.Buffer {
+		buf, err := b.Alloc(dt, shape...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.bufs = append(s.bufs, buf)
-		copy(buf.Float32s(), src)
+		if src != nil {
+			dt.Encode(buf.Bytes(), src)
+		}
 		return buf
 	}
 	for i, j := range jobs {
-		all[i] = jb{alloc(j.X, j.Rows, j.Dim), alloc(j.W, j.Dim), alloc(j.DY, j.Rows, j.Dim),
-			alloc(nil, j.Rows), alloc(nil, j.Rows, j.Dim), alloc(nil, j.Dim)}
+		m := j.Mix.Norm()
+		all[i] = jb{alloc(m.X, j.X, j.Rows, j.Dim), alloc(m.W, j.W, j.Dim), alloc(m.DY, j.DY, j.Rows, j.Dim),
+			alloc(compute.F32, nil, j.Rows), alloc(m.DX, nil, j.Rows, j.Dim), alloc(m.DW, nil, j.Dim)}
 	}
 	cb := compute.NewCommandBuffer(b)
 	for i, j := range jobs {
@@ -171,10 +181,40 @@ func (s benchSet) release() {
 	}
 }
 
+// benchShape is one row of the table: a shape in one dtype (every tensor
+// but r).
+type benchShape struct {
+	rows, dim int
+	dt        compute.DType
+}
+
+// parseBenchShapes reads RMSGRAD_CUDA_SHAPES: comma-separated ROWSxDIM,
+// each optionally followed by :bf16 or :f16 (F32 otherwise).
+func parseBenchShapes(v string) ([]benchShape, error) {
+	var out []benchShape
+	for _, f := range strings.Split(v, ",") {
+		sh, dt, _ := strings.Cut(strings.TrimSpace(f), ":")
+		r, d, _ := strings.Cut(sh, "x")
+		ri, err1 := strconv.Atoi(r)
+		di, err2 := strconv.Atoi(d)
+		bs := benchShape{ri, di, compute.F32}
+		if dt != "" {
+			bs.dt = compute.DType(strings.ToUpper(dt))
+		}
+		if err1 != nil || err2 != nil || ri <= 0 || di <= 0 || !bs.dt.Valid() {
+			return nil, fmt.Errorf("RMSGRAD_CUDA_SHAPES: %q is not ROWSxDIM[:bf16|:f16]", f)
+		}
+		out = append(out, bs)
+	}
+	return out, nil
+}
+
 // TestBenchTable measures the kernels on device-resident data against a
 // device copy of the same bytes and writes JSON to $RMSGRAD_CUDA_BENCH
-// (scripts/bench-cuda.sh). Skipped unless that is set. RMSGRAD_CUDA_SHAPES
-// (e.g. "16384x4096,1000x257") overrides the shapes.
+// (scripts/bench-cuda.sh). Skipped unless that is set. The shapes run in
+// F32 and, for (16384, 4096) and (32768, 8192), in BF16 too (every tensor
+// but r), each against a copy of its own bytes. RMSGRAD_CUDA_SHAPES (e.g.
+// "16384x4096,16384x4096:bf16,1000x257") overrides them.
 func TestBenchTable(t *testing.T) {
 	out := os.Getenv("RMSGRAD_CUDA_BENCH")
 	if out == "" {
@@ -187,28 +227,27 @@ func TestBenchTable(t *testing.T) {
 		b.hold = 0 // the run-3 method, for comparison
 	}
 	ctx := context.Background()
-	shapes := [][2]int{{16384, 4096}, {32768, 8192}, {4096, 4096}, {16384, 5120}, {1000, 257}}
+	shapes := []benchShape{{16384, 4096, compute.F32}, {32768, 8192, compute.F32}, {4096, 4096, compute.F32},
+		{16384, 5120, compute.F32}, {1000, 257, compute.F32}, {16384, 4096, compute.BF16}, {32768, 8192, compute.BF16}}
 	if v := os.Getenv("RMSGRAD_CUDA_SHAPES"); v != "" {
-		shapes = nil
-		for _, f := range strings.Split(v, ",") {
-			r, d, _ := strings.Cut(f, "x")
-			ri, _ := strconv.Atoi(r)
-			di, _ := strconv.Atoi(d)
-			shapes = append(shapes, [2]int{ri, di})
+		var err error
+		if shapes, err = parseBenchShapes(v); err != nil {
+			t.Fatal(err)
 		}
 	}
 	reps := 30
 	var results []BenchResult
 	for si, sh := range shapes {
-		rows, dim := sh[0], sh[1]
+		rows, dim, dt := sh.rows, sh.dim, sh.dt
+		mix := computetest.Mix{X: dt, W: dt, DY: dt, DX: dt, DW: dt}
 		n := rows * dim
-		bytes := int64(12*n + 8*dim)
+		bytes := int64(3*dt.Size()*n + 2*dt.Size()*dim)
 		// Rotate input sets so that together they are well over the 60 MB L2.
 		nsets := int(min(128, max(1, (256<<20)/bytes)))
 		jobs := make([]computetest.Job, nsets)
 		sets := make([]benchSet, nsets)
 		for k := range sets {
-			jobs[k] = computetest.NewJob(uint64(1000*si+k), rows, dim)
+			jobs[k] = computetest.NewJob(uint64(1000*si+k), rows, dim).WithMix(mix)
 			sets[k] = recordJobs(t, b, jobs[k:k+1])
 		}
 		t0 := time.Now()
@@ -220,10 +259,10 @@ func TestBenchTable(t *testing.T) {
 			}
 			total = float64(d.Microseconds())
 		}
-		o := computetest.Output{R: sets[0].bufs[3].Float32s(), DX: sets[0].bufs[4].Float32s(), DW: sets[0].bufs[5].Float32s()}
+		o := readOut(sets[0].bufs[3:6])
 		correct := jobs[0].Check(o) == nil
 		if !correct {
-			t.Errorf("%dx%d: %v", rows, dim, jobs[0].Check(o))
+			t.Errorf("%dx%d %s: %v", rows, dim, dt, jobs[0].Check(o))
 		}
 		ref := computetest.Output{R: slices.Clone(o.R), DX: slices.Clone(o.DX), DW: slices.Clone(o.DW)}
 		var ks []float64
@@ -240,14 +279,18 @@ func TestBenchTable(t *testing.T) {
 		if _, err := b.execute(ctx, sets[0].ops, true); err != nil {
 			t.Fatal(err)
 		}
-		if d := computetest.BitsEqual(ref, computetest.Output{R: sets[0].bufs[3].Float32s(), DX: sets[0].bufs[4].Float32s(), DW: sets[0].bufs[5].Float32s()}); d != "" {
-			t.Errorf("%dx%d: rerun differs: %s", rows, dim, d)
+		if d := computetest.BitsEqual(ref, readOut(sets[0].bufs[3:6])); d != "" {
+			t.Errorf("%dx%d %s: rerun differs: %s", rows, dim, dt, d)
 		}
-		cp, ad := b.ceilings(t, bytes, n, reps)
+		cp, ad := b.ceilings(t, bytes, int(bytes/12), reps)
 		for _, s := range sets {
 			s.release()
 		}
-		r := BenchResult{Name: fmt.Sprintf("%dx%d", rows, dim), Rows: rows, Dim: dim, Jobs: 1, Bytes: bytes,
+		name := fmt.Sprintf("%dx%d", rows, dim)
+		if dt != compute.F32 {
+			name += " " + strings.ToLower(string(dt))
+		}
+		r := BenchResult{Name: name, DType: string(dt), Rows: rows, Dim: dim, Jobs: 1, Bytes: bytes,
 			OursUS: median(ks), CopyUS: cp, AddUS: ad, TotalUS: total, Sets: nsets, Correct: correct}
 		results = append(results, r)
 		t.Logf("%-12s ours %8.1f us  copy %8.1f us (%.0f GB/s)  add %8.1f us  -> %.1f%% of copy  (sets %d, setup %v)",
@@ -280,7 +323,7 @@ func TestBenchTable(t *testing.T) {
 	correct := true
 	for i, j := range jobs0 {
 		bf := batches[0].bufs[6*i:]
-		if err := j.Check(computetest.Output{R: bf[3].Float32s(), DX: bf[4].Float32s(), DW: bf[5].Float32s()}); err != nil {
+		if err := j.Check(readOut(bf[3:6])); err != nil {
 			t.Errorf("small job %d: %v", i, err)
 			correct = false
 			break
@@ -315,7 +358,7 @@ func TestBenchTable(t *testing.T) {
 	}
 	bytes := int64(nj * (12*rows*dim + 8*dim))
 	cp, ad := b.ceilings(t, bytes, nj*rows*dim, reps)
-	r := BenchResult{Name: fmt.Sprintf("%d jobs %dx%d", nj, rows, dim), Rows: rows, Dim: dim, Jobs: nj, Bytes: bytes,
+	r := BenchResult{Name: fmt.Sprintf("%d jobs %dx%d", nj, rows, dim), DType: "F32", Rows: rows, Dim: dim, Jobs: nj, Bytes: bytes,
 		OursUS: median(ks), CopyUS: cp, AddUS: ad, TotalUS: total, Sets: nb, Correct: correct,
 		PerJob: median(ks) / nj, Launch1: median(one)}
 	results = append(results, r)

@@ -26,6 +26,14 @@
 // and batch compositions. Execute returns the device time from the first
 // upload to the last download; LastStats has the kernel time alone.
 //
+// Dtypes: x, w, dy, dx and dw may each be F32, BF16 or F16 (r and the dw
+// partials are F32). The rows code is compiled for the dtype x, dy and dx
+// share, with typed loads (4 halfs in one 8-byte load) and stores, and in a
+// form that reads each tensor's dtype from the job entry for other mixes;
+// all arithmetic is float32 in the same order, a half output the float32
+// result rounded once to nearest even. Half x or dy take the register and
+// streaming paths (no shared-memory slots).
+//
 // On a machine without the driver or a GPU, Open returns an error wrapping
 // compute.ErrUnsupported that says why, and the worker falls back to cpu.
 package cuda

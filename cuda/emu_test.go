@@ -26,7 +26,11 @@ const emuStall = 10 * time.Minute
 // shuffles through a per-warp exchange) and runs the job-table kernels on the
 // CPU: r, dx and dw against a double reference, and the fused entry bitwise
 // equal to RMSInv, DX and DW launched apart, for dims 1..9000 (register,
-// prefetch and streaming paths, unaligned dims) and multi-row groups. It is
+// prefetch and streaming paths, unaligned dims) and multi-row groups; then
+// dtype mixes (BF16/F16/F32 inputs and outputs, typed and per-tensor IO,
+// the wide, fused, streaming and shared-memory paths): fused against apart
+// bit for bit, each half output the F32 output of the same job rounded
+// once to nearest even, and the double reference. It is
 // the check of the kernel logic that runs without a GPU; the GPU conformance
 // suite (TestConformance) is the real one.
 func TestKernelsOnCPU(t *testing.T) {

@@ -19,7 +19,7 @@ type jobEntry struct {
 	eps                       float32
 	start, rstart             int32
 	stages                    int32
-	_                         int32
+	types                     int32 // entry.types: the dtypes of x, w, dy, dx, dw and io
 }
 
 const jobEntrySize = int(unsafe.Sizeof(jobEntry{}))
@@ -249,7 +249,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 				x: dev(e.x), w: dev(e.w), dy: dev(e.dy), r: dev(e.r), dx: dev(e.dx), dw: dev(e.dw),
 				rows: int32(e.rows), dim: int32(e.dim), rg: int32(e.rg), g: int32(e.g),
 				flags: e.flags(), eps: e.eps, start: int32(*start), rstart: int32(rstart),
-				stages: int32(e.stages),
+				stages: int32(e.stages), types: e.types(),
 			}
 			if e.dw != nil {
 				je.part = b.scratch.dptr + uint64(part)

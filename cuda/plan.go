@@ -14,6 +14,30 @@ const (
 	flagDW       = 8
 )
 
+// Element type codes of the job entry's types word: the same values as
+// T_F32, T_BF16, T_F16 and T_ANY in the .cu.
+const (
+	typeF32  = 0
+	typeBF16 = 1
+	typeF16  = 2
+	typeAny  = 3 // io only: x, dy and dx do not share one dtype
+)
+
+// typeCode returns the code of a buffer's dtype (F32 for nil: absent
+// tensors are never read).
+func typeCode(b *buffer) int32 {
+	if b == nil {
+		return typeF32
+	}
+	switch b.dtype {
+	case compute.BF16:
+		return typeBF16
+	case compute.F16:
+		return typeF16
+	}
+	return typeF32
+}
+
 // Launch geometry; the same values as RMS_THREADS, RMS_WIDE_THREADS and
 // RED_CH in the .cu.
 const (
@@ -44,11 +68,35 @@ const (
 	nKernels
 )
 
+// io is the dtype code x, dy and dx share (those the entry reads or
+// writes), the type the rows code is compiled for, or typeAny when they
+// differ.
+func (e *entry) io() int32 {
+	x := typeCode(e.x)
+	if e.dy != nil && typeCode(e.dy) != x || e.dx != nil && typeCode(e.dx) != x {
+		return typeAny
+	}
+	return x
+}
+
+// types is the entry's types word: 2 bits each for x, w, dy, dx, dw and
+// io, as the .cu's TYPE_* macros read it.
+func (e *entry) types() int32 {
+	return typeCode(e.x) | typeCode(e.w)<<2 | typeCode(e.dy)<<4 | typeCode(e.dx)<<6 | typeCode(e.dw)<<8 | e.io()<<10
+}
+
+// halfXY reports whether x or dy is not F32: such entries get no
+// shared-memory row slots (rows_smem copies F32 rows).
+func (e *entry) halfXY() bool {
+	return e.x != nil && e.x.dtype != compute.F32 || e.dy != nil && e.dy.dtype != compute.F32
+}
+
 // kernel is the rows kernel the entry runs in. The fused kernels run the
 // same arithmetic in the same order as the general ones of the same block
-// size, so an entry's bits do not depend on which it takes.
+// size, so an entry's bits do not depend on which it takes; they are
+// compiled for x, dy and dx of one dtype (io not typeAny).
 func (e *entry) kernel() int {
-	fused := e.computeR && e.writeR && e.dx != nil && e.dw != nil && e.dim%4 == 0 && e.stages == 0
+	fused := e.computeR && e.writeR && e.dx != nil && e.dw != nil && e.dim%4 == 0 && e.stages == 0 && e.io() != typeAny
 	switch {
 	case e.wide && fused:
 		return kWideFused
@@ -85,6 +133,15 @@ func (e *entry) flags() int32 {
 		f |= flagDW
 	}
 	return f
+}
+
+// place sets the entry's groups, slots and kernel width from geom, with
+// no shared-memory slots for half x or dy.
+func (e *entry) place(geom geomFunc) {
+	e.rg, e.g, e.stages, e.wide = geom(e.rows, e.dim)
+	if e.halfXY() {
+		e.stages = 0
+	}
 }
 
 // redBlocks is the number of reduce blocks of a DW entry (0 otherwise).
@@ -215,7 +272,7 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 							e.dy, e.dw = get(d.DY), get(d.DW)
 							consumed[k+1][dwi] = true
 						}
-						e.rg, e.g, e.stages, e.wide = geom(e.rows, e.dim)
+						e.place(geom)
 						p.phases[k+1] = append(p.phases[k+1], e)
 						continue
 					}
@@ -225,7 +282,7 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 			case compute.OpDW:
 				e.dy, e.r, e.dw = get(o.DY), get(o.R), get(o.DW)
 			}
-			e.rg, e.g, e.stages, e.wide = geom(e.rows, e.dim)
+			e.place(geom)
 			p.phases[k] = append(p.phases[k], e)
 		}
 	}

@@ -274,3 +274,94 @@ func TestLaunchConfigLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanDTypes: an entry's types word carries each tensor's dtype and the
+// IO type x, dy and dx share (typeAny when they differ); fused kernels are
+// taken only for one IO type, and half x or dy get no shared-memory slots.
+func TestPlanDTypes(t *testing.T) {
+	f := &fakeBackend{}
+	alloc := func(dt compute.DType, shape ...int) compute.Buffer {
+		b, err := f.Alloc(dt, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const rows, dim = 64, 5120 // a dim that gets slots when every tensor is F32
+	for _, c := range []struct {
+		name             string
+		x, w, dy, dx, dw compute.DType
+		types            int32
+		kernel, stages   int
+	}{
+		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kRows, 1},
+		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kRows, 0},
+		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kRows, 0},
+		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0},
+		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 1},
+	} {
+		x, w, dy, r, dx, dw := alloc(c.x, rows, dim), alloc(c.w, dim), alloc(c.dy, rows, dim), alloc(compute.F32, rows), alloc(c.dx, rows, dim), alloc(c.dw, dim)
+		ops := record(t, f, func(cb *compute.CommandBuffer) error {
+			if err := cb.RMSInv(x, r, compute.RMSInvParams(1e-5, dim), rows, dim); err != nil {
+				return err
+			}
+			cb.Barrier()
+			if err := cb.DX(x, w, dy, r, dx, compute.DXParams(dim, 1e-5), rows, dim); err != nil {
+				return err
+			}
+			return cb.DW(x, dy, r, dw, compute.DWParams(dim, rows), rows, dim)
+		})
+		b := &Backend{sms: 132, smemOptin: 232448}
+		p, err := planOps(ops, b.geometry, ownAny)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := p.phases[1][0]
+		if e.types() != c.types || e.kernel() != c.kernel || e.stages != c.stages {
+			t.Errorf("%s: types %#x, kernel %d, stages %d; want %#x, %d, %d", c.name, e.types(), e.kernel(), e.stages, c.types, c.kernel, c.stages)
+		}
+	}
+	// At 4096 the fused kernels: for a shared IO type, not for a mix.
+	for _, c := range []struct {
+		x, dy, dx compute.DType
+		kernel    int
+	}{{compute.BF16, compute.BF16, compute.BF16, kRowsFused}, {compute.F16, compute.F16, compute.F16, kRowsFused},
+		{compute.BF16, compute.BF16, compute.F32, kRows}, {compute.F16, compute.BF16, compute.F16, kRows}} {
+		x, w, dy, r, dx, dw := alloc(c.x, 8, 4096), alloc(compute.F32, 4096), alloc(c.dy, 8, 4096), alloc(compute.F32, 8), alloc(c.dx, 8, 4096), alloc(compute.F32, 4096)
+		ops := record(t, f, func(cb *compute.CommandBuffer) error {
+			if err := cb.RMSInv(x, r, compute.RMSInvParams(1e-5, 4096), 8, 4096); err != nil {
+				return err
+			}
+			cb.Barrier()
+			if err := cb.DX(x, w, dy, r, dx, compute.DXParams(4096, 1e-5), 8, 4096); err != nil {
+				return err
+			}
+			return cb.DW(x, dy, r, dw, compute.DWParams(4096, 8), 8, 4096)
+		})
+		p, err := planOps(ops, fixedGeom(264), ownAny)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := p.phases[1][0].kernel(); k != c.kernel {
+			t.Errorf("x %s dy %s dx %s: kernel %d, want %d", c.x, c.dy, c.dx, k, c.kernel)
+		}
+	}
+}
+
+func TestParseBenchShapes(t *testing.T) {
+	got, err := parseBenchShapes("16384x4096, 32768x8192:bf16,1000x257:F16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []benchShape{{16384, 4096, compute.F32}, {32768, 8192, compute.BF16}, {1000, 257, compute.F16}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("parseBenchShapes = %v, want %v", got, want)
+		}
+	}
+	for _, bad := range []string{"16384", "4x4:f64", "0x4", "ax4"} {
+		if _, err := parseBenchShapes(bad); err == nil {
+			t.Errorf("parseBenchShapes(%q) accepted", bad)
+		}
+	}
+}

@@ -33,12 +33,11 @@ func (b *adoptBuf) Release() {
 
 func (a *adoptBackend) Adopt(dt compute.DType, shape []int, b []byte, release func()) (compute.Buffer, bool) {
 	n := compute.NumElements(shape)
-	if a.refuse || len(b) != 4*n {
+	if a.refuse || len(b) != dt.Size()*n || uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
 		return nil, false
 	}
 	a.adopted.Add(1)
-	f := unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
-	return &adoptBuf{refBuf: refBuf{dt: dt, shape: slices.Clone(shape), f: f}, release: release}, true
+	return &adoptBuf{refBuf: refBuf{dt: dt, shape: slices.Clone(shape), n: n, raw: b}, release: release}, true
 }
 
 // takingStore is memStore whose tensors are all "held by the header

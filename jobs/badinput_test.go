@@ -471,10 +471,13 @@ func TestBadInput(t *testing.T) {
 		{name: "duplicate tensor names", make: oneX(func() []byte {
 			return rawObject(`{"x":{"dtype":"F32","shape":[4,16],"data_offsets":[0,256]},"x":{"dtype":"F32","shape":[4,16],"data_offsets":[256,512]}}`, 512)
 		}), want: []string{"tensor x", `duplicate name "x"`}},
-		{name: "dtype F64", make: dtypeJob("F64", 8), want: []string{"tensor x", "dtype F64", "supported: F32"}},
-		{name: "dtype I32", make: dtypeJob("I32", 4), want: []string{"tensor x", "dtype I32", "supported: F32"}},
-		{name: "dtype BF16", make: dtypeJob("BF16", 2), want: []string{"tensor x", "dtype BF16", "supported: F32"}},
-		{name: "dtype F16", make: dtypeJob("F16", 2), want: []string{"tensor x", "dtype F16", "supported: F32"}},
+		{name: "dtype F64", make: dtypeJob("F64", 8), want: []string{"tensor x", "dtype F64", "supported: F32, BF16, F16"}},
+		{name: "dtype I32", make: dtypeJob("I32", 4), want: []string{"tensor x", "dtype I32", "supported: F32, BF16, F16"}},
+		{name: "dtype F8_E4M3", make: dtypeJob("F8_E4M3", 1), want: []string{"tensor x", "dtype F8_E4M3", "supported: F32, BF16, F16"}},
+		{name: "dtype I16 (2 bytes, not a float)", make: dtypeJob("I16", 2), want: []string{"tensor x", "dtype I16", "supported: F32, BF16, F16"}},
+		{name: "dtype BF16 with F32's byte count", make: oneX(func() []byte {
+			return rawObject(`{"x":{"dtype":"BF16","shape":[4,16],"data_offsets":[0,256]}}`, 256)
+		}), want: []string{"tensor x", "shape [4 16] of BF16 needs 128"}},
 		{name: "x and dy shapes differ", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
 			return put(t, e, p+".safetensors", []int{4, 16}, []int{16}, []int{16, 4}, nil), nil
 		}, want: []string{"tensor dy", "shape [16 4]: want x's shape [4 16]"}},

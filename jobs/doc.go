@@ -8,11 +8,17 @@
 //   - batcher.go: the one goroutine that owns the device and records each
 //     batch into one compute.CommandBuffer;
 //   - budget.go: bytes in flight;
+//   - finite.go, finite16.go: the NaN/Inf scans of F32 and of BF16/F16
+//     tensors;
 //   - retry.go: backoff for transient failures;
 //   - outage.go: what is an outage rather than the job's failure
 //     (IsFailure, for asynq), and the readiness Gate that holds jobs while
 //     a dependency is down;
 //   - metrics.go: the Prometheus collectors.
+//
+// Each tensor keeps its own dtype (F32, BF16 or F16): inputs as their
+// headers say, dx and dw like x and w unless the job's grad_dtype names one
+// dtype for both, r F32; the budget and limits count each tensor's bytes.
 //
 // Errors a handler returns are *JobError values naming the job, the tensor
 // and its URI; permanent ones wrap asynq.SkipRetry so asynq archives them

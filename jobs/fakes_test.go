@@ -32,19 +32,30 @@ type refBackend struct {
 type refBuf struct {
 	dt    compute.DType
 	shape []int
-	f     []float32
+	n     int
+	raw   []byte // n elements of dt, 4-byte aligned
 }
 
 func (b *refBuf) DType() compute.DType { return b.dt }
 func (b *refBuf) Shape() []int         { return b.shape }
-func (b *refBuf) Len() int             { return len(b.f) }
-func (b *refBuf) Float32s() []float32  { return b.f }
+func (b *refBuf) Len() int             { return b.n }
 func (b *refBuf) Release()             {}
-func (b *refBuf) Bytes() []byte {
-	if len(b.f) == 0 {
+func (b *refBuf) Bytes() []byte        { return b.raw }
+func (b *refBuf) Float32s() []float32 {
+	if b.dt != compute.F32 || b.n == 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&b.f[0])), 4*len(b.f))
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b.raw[0])), b.n)
+}
+
+// newRefBuf allocates a refBuf with 4-byte aligned memory.
+func newRefBuf(dt compute.DType, shape []int, n int) *refBuf {
+	w := make([]float32, (n*dt.Size()+3)/4)
+	var raw []byte
+	if len(w) > 0 {
+		raw = unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n*dt.Size())
+	}
+	return &refBuf{dt: dt, shape: slices.Clone(shape), n: n, raw: raw}
 }
 
 func (r *refBackend) Name() string       { return "ref" }
@@ -55,7 +66,7 @@ func (r *refBackend) Alloc(dt compute.DType, shape ...int) (compute.Buffer, erro
 	if n < 0 {
 		return nil, fmt.Errorf("bad shape %v", shape)
 	}
-	return &refBuf{dt: dt, shape: slices.Clone(shape), f: make([]float32, n)}, nil
+	return newRefBuf(dt, shape, n), nil
 }
 
 func (r *refBackend) Execute(ctx context.Context, ops []compute.Op) (time.Duration, error) {
@@ -91,12 +102,19 @@ func (r *refBackend) batchSizes() []int {
 }
 
 // refOp is the seed's math in a fixed summation order (float64
-// accumulators), so results are bitwise reproducible.
+// accumulators), so results are bitwise reproducible. Buffers of any
+// dtype are read widened to float32 and written rounded to their dtype.
 func refOp(op compute.Op) {
 	d := op.Dim
+	get := func(b compute.Buffer) []float32 {
+		v := make([]float32, b.Len())
+		b.DType().Decode(v, b.Bytes())
+		return v
+	}
+	put := func(b compute.Buffer, v []float32) { b.DType().Encode(b.Bytes(), v) }
 	switch op.Kind {
 	case compute.OpRMSInv:
-		x, r := op.X.Float32s(), op.R.Float32s()
+		x, r := get(op.X), get(op.R)
 		for b := 0; b < op.Rows; b++ {
 			var s float64
 			for _, v := range x[b*d : (b+1)*d] {
@@ -104,8 +122,9 @@ func refOp(op compute.Op) {
 			}
 			r[b] = float32(1 / math.Sqrt(s/float64(d)+float64(op.Eps())))
 		}
+		put(op.R, r)
 	case compute.OpDX:
-		x, w, dy, r, dx := op.X.Float32s(), op.W.Float32s(), op.DY.Float32s(), op.R.Float32s(), op.DX.Float32s()
+		x, w, dy, r, dx := get(op.X), get(op.W), get(op.DY), get(op.R), get(op.DX)
 		for b := 0; b < op.Rows; b++ {
 			var s float64
 			for i := 0; i < d; i++ {
@@ -116,8 +135,9 @@ func refOp(op compute.Op) {
 				dx[b*d+k] = float32(rb * (float64(dy[b*d+k])*float64(w[k]) - float64(x[b*d+k])*s*rb*rb/float64(d)))
 			}
 		}
+		put(op.DX, dx)
 	case compute.OpDW:
-		x, dy, r, dw := op.X.Float32s(), op.DY.Float32s(), op.R.Float32s(), op.DW.Float32s()
+		x, dy, r, dw := get(op.X), get(op.DY), get(op.R), get(op.DW)
 		for i := 0; i < d; i++ {
 			var s float64
 			for b := 0; b < op.Rows; b++ {
@@ -125,6 +145,7 @@ func refOp(op compute.Op) {
 			}
 			dw[i] = float32(s)
 		}
+		put(op.DW, dw)
 	}
 }
 
@@ -153,12 +174,15 @@ func newMemStore(allow ...string) *memStore {
 }
 
 func (s *memStore) put(uri string, shape []int, v []float32) {
-	b := make([]byte, 4*len(v))
-	for i, f := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-	}
+	s.putAs(uri, compute.F32, shape, v)
+}
+
+// putAs stores v, rounded to dt, as a tensor of dtype dt.
+func (s *memStore) putAs(uri string, dt compute.DType, shape []int, v []float32) {
+	b := make([]byte, dt.Size()*len(v))
+	dt.Encode(b, v)
 	s.mu.Lock()
-	s.tensors[uri] = memTensor{dtype: "F32", shape: shape, data: b}
+	s.tensors[uri] = memTensor{dtype: string(dt), shape: shape, data: b}
 	s.mu.Unlock()
 }
 

@@ -2,7 +2,11 @@
 
 package jobs
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+)
 
 // hasAVX2 selects finiteAVX2; a variable so that tests can run the
 // portable path on an AVX2 machine too.
@@ -28,4 +32,24 @@ func allFinite(v []float32) bool {
 		v = v[32*n:]
 	}
 	return allFiniteSWAR(v)
+}
+
+// finite16AVX2 reports whether the blocks*64 half values from p on are all
+// finite: allFinite16SWAR's test on sixteen values per 256-bit register,
+// four registers a step (finite_amd64.s). blocks must be > 0.
+//
+//go:noescape
+func finite16AVX2(p *uint16, blocks int, exp, one uint16) bool
+
+// allFinite16 reports whether the BF16 or F16 values h hold no NaN or Inf.
+func allFinite16(h []uint16, dt compute.DType) bool {
+	exp, one := halfExp(dt)
+	if hasAVX2 && len(h) >= 64 {
+		n := len(h) / 64
+		if !finite16AVX2(&h[0], n, exp, one) {
+			return false
+		}
+		h = h[64*n:]
+	}
+	return allFinite16SWAR(h, exp, one)
 }

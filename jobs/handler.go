@@ -75,6 +75,9 @@ type Handler struct {
 	stage map[string]prometheus.Observer
 	// jobsOK is rmsgrad_jobs_total{outcome="ok"}, looked up once.
 	jobsOK prometheus.Counter
+	// tensors holds the rmsgrad_tensors_total child of each tensor and
+	// dtype, looked up once.
+	tensors map[tensorKey]prometheus.Counter
 	// adopter and taker are Backend and Store when they can hand a small
 	// input's bytes from the header read to the compute without a copy
 	// (both nil otherwise).
@@ -98,6 +101,12 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, stage: map[string]prometheus.Observer{}}
 	h.jobsOK = cfg.Metrics.Jobs.WithLabelValues(OutcomeOK)
+	h.tensors = map[tensorKey]prometheus.Counter{}
+	for _, t := range []string{"x", "w", "dy", OutDX, OutDW} {
+		for _, dt := range compute.DTypes {
+			h.tensors[tensorKey{t, dt}] = cfg.Metrics.Tensors.WithLabelValues(t, string(dt))
+		}
+	}
 	if a, ok := cfg.Backend.(compute.HostAdopter); ok {
 		if t, ok := cfg.Store.(InlineTaker); ok {
 			h.adopter, h.taker = a, t
@@ -285,6 +294,12 @@ func (h *Handler) logDone(ctx context.Context, id string, res *Result) {
 
 var inputNames = [3]string{"x", "w", "dy"}
 
+// tensorKey names a child of rmsgrad_tensors_total.
+type tensorKey struct {
+	tensor string
+	dt     compute.DType
+}
+
 func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *asynq.ResultWriter) (*Result, error) {
 	start := time.Now()
 	j, err := Decode(payload)
@@ -338,17 +353,22 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	}
 	want := j.WantOutputs()
 	wantDX, wantDW, wantR := slices.Contains(want, OutDX), slices.Contains(want, OutDW), slices.Contains(want, OutR)
+	// Each tensor in its own dtype: the inputs as their headers say, dx and
+	// dw as the job asks (GradDType) or like x and w; r is F32. Bytes,
+	// limits and the budget count each tensor's own element size.
+	dts := [3]compute.DType{compute.DType(infos[0].DType), compute.DType(infos[1].DType), compute.DType(infos[2].DType)}
+	dxT, dwT := j.GradDTypes(dts[0], dts[1])
 	n := int64(rows) * int64(dim)
-	elems := 2*n + int64(dim) + int64(rows) // x, dy, w, r
+	need := n*int64(dts[0].Size()) + int64(dim)*int64(dts[1].Size()) + n*int64(dts[2].Size()) + 4*int64(rows)
 	if wantDX {
-		elems += n
+		need += n * int64(dxT.Size())
 	}
 	if wantDW {
-		elems += int64(dim)
+		need += int64(dim) * int64(dwT.Size())
 	}
-	need := 4 * elems
 	if need > h.cfg.Limits.MaxBytes {
-		return nil, jobErr(id, "x", j.X, limitErr("job needs %d buffer bytes (x %v, outputs %v), limit (limits.max_job_bytes) is %d", need, infos[0].Shape, want, h.cfg.Limits.MaxBytes))
+		return nil, jobErr(id, "x", j.X, limitErr("job needs %d buffer bytes (x %v %s, w %s, dy %s, outputs %v as dx %s, dw %s, r F32), limit (limits.max_job_bytes) is %d",
+			need, infos[0].Shape, dts[0], dts[1], dts[2], want, dxT, dwT, h.cfg.Limits.MaxBytes))
 	}
 	if err := h.cfg.Budget.Acquire(ctx, need); err != nil {
 		return nil, jobErr(id, "", "", err)
@@ -362,45 +382,45 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 			b.Release()
 		}
 	}()
-	alloc := func(name string, shape ...int) (compute.Buffer, error) {
-		b, err := h.cfg.Backend.Alloc(compute.F32, shape...)
+	alloc := func(name string, dt compute.DType, shape ...int) (compute.Buffer, error) {
+		b, err := h.cfg.Backend.Alloc(dt, shape...)
 		if err != nil {
-			return nil, jobErr(id, name, "", fmt.Errorf("alloc %v: %w", shape, err))
+			return nil, jobErr(id, name, "", fmt.Errorf("alloc %s %v: %w", dt, shape, err))
 		}
 		bufs = append(bufs, b)
 		return b, nil
 	}
-	// Inputs. A small tensor that its header read already holds becomes
-	// the buffer itself when the backend computes on host memory (the cpu
-	// backend): no allocation and no copy. The others are allocated here
-	// and range-read below.
+	// Inputs, each a buffer of its own dtype. A small tensor that its
+	// header read already holds becomes the buffer itself when the backend
+	// computes on host memory (the cpu backend): no allocation and no
+	// copy. The others are allocated here and range-read below.
 	shapes := [3][]int{{rows, dim}, {dim}, {rows, dim}}
 	var dsts [3]compute.Buffer
 	var filled [3]bool // holds the data already
 	for i := range 3 {
-		if need := 4 * int64(compute.NumElements(shapes[i])); need != infos[i].Size {
-			return nil, jobErr(id, inputNames[i], uris[i], fmt.Errorf("header says %d data bytes, shape %v needs %d", infos[i].Size, infos[i].Shape, need))
+		if need := int64(dts[i].Size()) * int64(compute.NumElements(shapes[i])); need != infos[i].Size {
+			return nil, jobErr(id, inputNames[i], uris[i], fmt.Errorf("%w: header says %d data bytes, shape %v of %s needs %d", storage.ErrFormat, infos[i].Size, infos[i].Shape, dts[i], need))
 		}
-		if b := h.adopt(infos[i], shapes[i]); b != nil {
+		if b := h.adopt(infos[i], dts[i], shapes[i]); b != nil {
 			bufs = append(bufs, b)
 			dsts[i], filled[i] = b, true
 			continue
 		}
-		if dsts[i], err = alloc(inputNames[i], shapes[i]...); err != nil {
+		if dsts[i], err = alloc(inputNames[i], dts[i], shapes[i]...); err != nil {
 			return nil, err
 		}
 	}
 	w.X, w.W, w.DY = dsts[0], dsts[1], dsts[2]
-	if w.R, err = alloc("r", rows); err != nil {
+	if w.R, err = alloc("r", compute.F32, rows); err != nil {
 		return nil, err
 	}
 	if wantDX {
-		if w.DX, err = alloc("dx", rows, dim); err != nil {
+		if w.DX, err = alloc("dx", dxT, rows, dim); err != nil {
 			return nil, err
 		}
 	}
 	if wantDW {
-		if w.DW, err = alloc("dw", dim); err != nil {
+		if w.DW, err = alloc("dw", dwT, dim); err != nil {
 			return nil, err
 		}
 	}
@@ -419,7 +439,7 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 				return jobErr(id, inputNames[i], uris[i], err)
 			}
 		}
-		if err := checkFinite(dsts[i].Float32s()); err != nil {
+		if err := checkFiniteBuf(dsts[i]); err != nil {
 			return jobErr(id, inputNames[i], uris[i], fmt.Errorf("input: %w", err))
 		}
 		return nil
@@ -446,11 +466,14 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	h.stage[StageCompute].Observe(bi.Device.Seconds())
 
 	var outs []OutTensor
+	dtypes := make(map[string]string, 3)
 	add := func(name string, b compute.Buffer, shape []int, sum int) error {
-		if err := checkFinite(b.Float32s()); err != nil {
+		if err := checkFiniteBuf(b); err != nil {
 			return jobErr(id, name, j.Out, fmt.Errorf("output (batch %s): %w", bi.ID, err))
 		}
-		outs = append(outs, OutTensor{Name: name, DType: string(compute.F32), Shape: shape, Data: b.Bytes(), SHA256: w.sum(sum)})
+		dt := string(b.DType())
+		outs = append(outs, OutTensor{Name: name, DType: dt, Shape: shape, Data: b.Bytes(), SHA256: w.sum(sum)})
+		dtypes[name] = dt
 		return nil
 	}
 	if wantDX {
@@ -480,8 +503,9 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	tm.Store = ms(stored.Sub(computed))
 	h.stage[StageStore].Observe(stored.Sub(computed).Seconds())
 
+	h.countDTypes(dts, w)
 	res := &Result{
-		Out: j.Out, SHA256: sums, Rows: rows, Dim: dim,
+		Out: j.Out, SHA256: sums, DTypes: dtypes, Rows: rows, Dim: dim,
 		Backend: h.cfg.Backend.Name(), Device: h.cfg.Backend.DeviceName(), Worker: h.cfg.Worker,
 		BatchID: bi.ID, BatchJobs: bi.Jobs,
 	}
@@ -502,6 +526,21 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		}
 	}
 	return res, nil
+}
+
+// countDTypes adds a finished job's tensors to rmsgrad_tensors_total.
+func (h *Handler) countDTypes(in [3]compute.DType, w *Work) {
+	for i, dt := range in {
+		h.tensors[tensorKey{inputNames[i], dt}].Inc()
+	}
+	for _, o := range [...]struct {
+		name string
+		b    compute.Buffer
+	}{{OutDX, w.DX}, {OutDW, w.DW}} {
+		if o.b != nil {
+			h.tensors[tensorKey{o.name, o.b.DType()}].Inc()
+		}
+	}
 }
 
 // each3 runs f for the three inputs at once, as an errgroup does (the
@@ -560,10 +599,11 @@ func each3(ctx context.Context, f func(ctx context.Context, i int) error) error 
 // three goroutines each.
 var helperPool = stackgrow.NewPool(256)
 
-// adopt returns a buffer that is t's bytes as held by its header read
-// (t.Local), when the backend and the store can hand them over, or nil:
-// the caller then allocates and fetches. The size is checked already.
-func (h *Handler) adopt(t TensorInfo, shape []int) compute.Buffer {
+// adopt returns a buffer of dtype dt that is t's bytes as held by its
+// header read (t.Local), when the backend and the store can hand them
+// over, or nil: the caller then allocates and fetches. The size is checked
+// already.
+func (h *Handler) adopt(t TensorInfo, dt compute.DType, shape []int) compute.Buffer {
 	if !t.Local || h.taker == nil {
 		return nil
 	}
@@ -571,10 +611,10 @@ func (h *Handler) adopt(t TensorInfo, shape []int) compute.Buffer {
 	if !ok {
 		return nil
 	}
-	b, ok := h.adopter.Adopt(compute.F32, shape, data, release)
+	b, ok := h.adopter.Adopt(dt, shape, data, release)
 	if !ok {
 		// Unsuitable memory (alignment): copy it out, as Fetch would.
-		b, err := h.cfg.Backend.Alloc(compute.F32, shape...)
+		b, err := h.cfg.Backend.Alloc(dt, shape...)
 		if err != nil {
 			release()
 			return nil
@@ -625,12 +665,13 @@ func writeResult(ctx context.Context, rw *asynq.ResultWriter, b []byte) error {
 	}
 }
 
-// checkShapes enforces w = [D], dy = x's shape, F32 everywhere and the
-// element limit, and returns rows (the product of x's leading dims) and D.
+// checkShapes enforces w = [D], dy = x's shape, a computed dtype
+// (compute.DTypes) for each input and the element limit, and returns rows
+// (the product of x's leading dims) and D.
 func (h *Handler) checkShapes(id string, in [3]TensorInfo) (rows, dim int, err error) {
 	for i, t := range in {
-		if t.DType != string(compute.F32) {
-			return 0, 0, jobErr(id, inputNames[i], t.URI, fmt.Errorf("%w: dtype %s, this worker computes F32 only", storage.ErrDType, t.DType))
+		if !compute.DType(t.DType).Valid() {
+			return 0, 0, jobErr(id, inputNames[i], t.URI, fmt.Errorf("%w: dtype %s (supported: F32, BF16, F16)", storage.ErrDType, t.DType))
 		}
 	}
 	x, w, dy := in[0], in[1], in[2]

@@ -22,6 +22,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/internal/stackgrow"
 	"github.com/rmsgrad/rmsgrad/storage"
 )
@@ -134,11 +135,22 @@ func TestHandlerPermanentErrors(t *testing.T) {
 			want: []string{"tensor w", "want [32]"}, is: ErrInvalidJob},
 		{name: "missing object", setup: func(s *memStore, j *Job) { j.X = "mem://ok/nope" },
 			want: []string{"tensor x", "mem://ok/nope", "not found"}, is: storage.ErrNotFound},
-		{name: "F16", setup: func(s *memStore, j *Job) {
+		{name: "dtype disagrees with size", setup: func(s *memStore, j *Job) {
 			t := s.tensors[j.W]
 			t.dtype = "F16"
 			s.tensors[j.W] = t
-		}, want: []string{"tensor w", "dtype F16"}, is: storage.ErrDType},
+		}, want: []string{"tensor w", "128 data bytes", "shape [32] of F16 needs 64"}, is: storage.ErrFormat},
+		{name: "F64", setup: func(s *memStore, j *Job) {
+			s.tensors[j.W] = memTensor{dtype: "F64", shape: []int{32}, data: make([]byte, 8*32)}
+		}, want: []string{"tensor w", "dtype F64", "supported: F32, BF16, F16"}, is: storage.ErrDType},
+		{name: "bad grad_dtype", setup: func(s *memStore, j *Job) { j.GradDType = "bf16" },
+			want: []string{"grad_dtype", `"bf16"`, "F32, BF16, F16"}, is: ErrInvalidJob},
+		{name: "max job bytes in bf16", setup: func(s *memStore, j *Job) {
+			s.putAs(j.X, compute.BF16, []int{4, 32}, make([]float32, 128))
+			s.putAs(j.DY, compute.BF16, []int{4, 32}, make([]float32, 128))
+		}, limits: Limits{MaxBytes: 1000},
+			// x, dy, dx 2*128 each, w and dw 4*32, r 4*4: 1040.
+			want: []string{"needs 1040 buffer bytes", "x [4 32] BF16", "dx BF16, dw F32"}, is: ErrLimit},
 		{name: "not allowed", setup: func(s *memStore, j *Job) { j.Out = "mem://other/out" },
 			want: []string{"tensor out", "mem://other/out", "not allowed"}, is: storage.ErrNotAllowed},
 		{name: "NaN input", setup: func(s *memStore, j *Job) {

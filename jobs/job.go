@@ -13,6 +13,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/rmsgrad/rmsgrad/compute"
 )
 
 // TaskType is the asynq task type of an RMSNorm-backward job.
@@ -42,7 +44,10 @@ var DefaultOutputs = []string{OutDX, OutDW}
 // are, where its output goes, and eps.
 //
 // The output object is one safetensors file holding the requested outputs
-// under their names; dx has x's shape, dw is [D], r is [rows].
+// under their names; dx has x's shape, dw is [D], r is [rows]. Inputs may
+// each be F32, BF16 or F16 (their headers say which); dx is in x's dtype
+// and dw in w's (what autograd gives) unless GradDType names one dtype for
+// both; r is always F32.
 type Job struct {
 	V       int      `json:"v"`
 	X       string   `json:"x"`
@@ -51,6 +56,11 @@ type Job struct {
 	Out     string   `json:"out"`
 	Eps     float64  `json:"eps"`
 	Outputs []string `json:"outputs,omitempty"`
+	// GradDType is the dtype of both gradients, dx and dw: "F32", "BF16"
+	// or "F16", spelt as safetensors spells them. Empty (the default): dx
+	// in x's dtype and dw in w's. "F32" is the common choice for a dw
+	// summed over many microbatches.
+	GradDType string `json:"grad_dtype,omitempty"`
 	// EnqueuedNS is the enqueue time (Unix nanoseconds), set by Client.Enqueue
 	// so the worker can report queue wait.
 	EnqueuedNS int64 `json:"enqueued_ns,omitempty"`
@@ -181,6 +191,9 @@ func (j *Job) Validate() error {
 	if float32(j.Eps) == 0 || math.IsInf(float64(float32(j.Eps)), 0) {
 		return fieldErr("eps", "%v is not representable as a positive finite float32", j.Eps)
 	}
+	if j.GradDType != "" && !compute.DType(j.GradDType).Valid() {
+		return fieldErr("grad_dtype", "%q is not a dtype rmsgrad computes (want one of F32, BF16, F16, as safetensors spells them, or omit it for dx like x and dw like w)", j.GradDType)
+	}
 	seen := map[string]bool{}
 	for _, o := range j.Outputs {
 		switch o {
@@ -214,6 +227,15 @@ func stripFragment(u string) string {
 		}
 	}
 	return u
+}
+
+// GradDTypes returns the dtypes of dx and dw for inputs x and w of the
+// given dtypes: GradDType for both when set, else x's and w's.
+func (j *Job) GradDTypes(x, w compute.DType) (dx, dw compute.DType) {
+	if j.GradDType != "" {
+		return compute.DType(j.GradDType), compute.DType(j.GradDType)
+	}
+	return x, w
 }
 
 // WantOutputs returns the outputs the job produces, in canonical order.

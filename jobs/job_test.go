@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/rmsgrad/rmsgrad/compute"
 )
 
 const goodPayload = `{"v":1,"x":"s3://b/in.safetensors#x","w":"s3://b/in.safetensors#w","dy":"s3://b/in.safetensors#dy","out":"s3://b/out.safetensors","eps":1e-6}`
@@ -25,6 +27,21 @@ func TestDecodeValid(t *testing.T) {
 	}
 	if got := j2.WantOutputs(); strings.Join(got, ",") != "dx,r" {
 		t.Fatalf("outputs canonical order = %v", got)
+	}
+	for _, c := range []struct {
+		grad, x, w, wantDX, wantDW string
+	}{{"", "BF16", "F32", "BF16", "F32"}, {"F32", "BF16", "F16", "F32", "F32"}, {"BF16", "F32", "F32", "BF16", "BF16"}} {
+		p := strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"grad_dtype":"`+c.grad+`"`, 1)
+		if c.grad == "" {
+			p = goodPayload
+		}
+		j, err := Decode([]byte(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dx, dw := j.GradDTypes(compute.DType(c.x), compute.DType(c.w)); string(dx) != c.wantDX || string(dw) != c.wantDW {
+			t.Fatalf("grad_dtype %q with x %s, w %s: dx %s, dw %s; want %s, %s", c.grad, c.x, c.w, dx, dw, c.wantDX, c.wantDW)
+		}
 	}
 }
 
@@ -48,6 +65,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"out equals input", strings.Replace(goodPayload, `s3://b/out.safetensors`, `s3://b/in.safetensors`, 1), "out"},
 		{"unknown output", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"outputs":["dz"]`, 1), "outputs"},
 		{"duplicate output", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"outputs":["dx","dx"]`, 1), "outputs"},
+		{"grad_dtype lowercase", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"grad_dtype":"f32"`, 1), "grad_dtype"},
+		{"grad_dtype F64", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"grad_dtype":"F64"`, 1), "grad_dtype"},
+		{"grad_dtype not a string", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"grad_dtype":16`, 1), "payload"},
 		{"too large", `{"v":1,"x":"` + strings.Repeat("a", MaxPayloadBytes) + `"}`, "payload"},
 	}
 	for _, c := range cases {
@@ -107,6 +127,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"outputs":["r"]}`))
 	f.Add([]byte(`{"v":1,"x":"a#1","w":"a#2","dy":"a#3","out":"a#4","eps":1}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"grad_dtype":"BF16"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		j, err := Decode(data)
 		if err != nil {
@@ -123,7 +144,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded payload rejected: %v", err)
 		}
-		if j2.X != j.X || j2.Eps != j.Eps || j2.Out != j.Out || strings.Join(j2.WantOutputs(), ",") != strings.Join(j.WantOutputs(), ",") {
+		if j2.X != j.X || j2.Eps != j.Eps || j2.Out != j.Out || j2.GradDType != j.GradDType || strings.Join(j2.WantOutputs(), ",") != strings.Join(j.WantOutputs(), ",") {
 			t.Fatalf("round trip changed the job: %+v vs %+v", j, j2)
 		}
 	})

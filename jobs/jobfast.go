@@ -61,6 +61,9 @@ func decodeFast(payload []byte) (j Job, ok bool) {
 			case "sig":
 				bit = 1 << 8
 				j.Sig, ok = p.str()
+			case "grad_dtype":
+				bit = 1 << 9
+				j.GradDType, ok = p.str()
 			default:
 				return Job{}, false
 			}

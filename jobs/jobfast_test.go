@@ -14,6 +14,10 @@ func FuzzDecodeFast(f *testing.F) {
 		goodPayload,
 		`{"v":1,"x":"s3://b/x.safetensors","w":"s3://b/w.safetensors","dy":"s3://b/dy.safetensors","out":"s3://b/o/1.safetensors","eps":1e-06,"enqueued_ns":1764760000000000000}`,
 		`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"outputs":["r"],"sig":"00ff"}`,
+		`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"grad_dtype":"F32"}`,
+		`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"grad_dtype":"bf16"}`,
+		`{"v":1,"grad_dtype":"BF16","grad_dtype":"F16"}`,
+		`{"v":1,"grad_dtype":null}`,
 		`{"v":1,"outputs":[]}`,
 		`{"v":1,"outputs":null}`,
 		`{"V":1}`,
@@ -73,7 +77,7 @@ func FuzzResultJSON(f *testing.F) {
 	f.Add("s3://b/o.safetensors", "dx", "ab01", "worker-1", "b-17", 8, 1024, 5, 0.123, 1e-7, 3.0, 1e21, -0.0, 12.5)
 	f.Add("a<b", "", "", "é", "\x00", 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 	f.Fuzz(func(t *testing.T, out, name, sum, worker, batch string, rows, dim, jobs int, t1, t2, t3, t4, t5, t6 float64) {
-		r := Result{Out: out, SHA256: map[string]string{name: sum, "dw": "ff"}, Rows: rows, Dim: dim, Backend: "cpu", Device: worker,
+		r := Result{Out: out, SHA256: map[string]string{name: sum, "dw": "ff"}, DTypes: map[string]string{name: batch, "dw": "F32", "r": "F32"}, Rows: rows, Dim: dim, Backend: "cpu", Device: worker,
 			Worker: worker, BatchID: batch, BatchJobs: jobs, Timings: Timings{t1, t2, t3, t4, t5, t6}}
 		for _, r := range []Result{r, {Out: out, Worker: worker}} {
 			got, gerr := r.marshal()

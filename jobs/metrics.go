@@ -43,6 +43,9 @@ type Metrics struct {
 	BadSignatures prometheus.Counter
 	// Held is how many jobs wait at the readiness gate now.
 	Held prometheus.Gauge
+	// Tensors counts the tensors of completed jobs by tensor (x, w, dy,
+	// dx, dw) and dtype (F32, BF16, F16): the dtype mix a worker serves.
+	Tensors *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (if not nil).
@@ -80,9 +83,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "rmsgrad_jobs_held", Help: "Jobs held at the readiness gate while a dependency is down.",
 		}),
+		Tensors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rmsgrad_tensors_total", Help: "Tensors of completed jobs, by tensor (x, w, dy, dx, dw) and dtype (F32, BF16, F16).",
+		}, []string{"tensor", "dtype"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures, m.Held)
+		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures, m.Held, m.Tensors)
 	}
 	return m
 }

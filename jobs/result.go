@@ -10,8 +10,11 @@ import (
 // Result is what a worker writes with asynq's ResultWriter when a job
 // completes; clients read it with Client.Wait or Client.Result.
 type Result struct {
-	Out       string            `json:"out"`
-	SHA256    map[string]string `json:"sha256"` // output name -> hex sha256 of its bytes
+	Out    string            `json:"out"`
+	SHA256 map[string]string `json:"sha256"` // output name -> hex sha256 of its bytes
+	// DTypes maps each output's name to its dtype in the output object
+	// ("F32", "BF16", "F16"; r is always "F32").
+	DTypes    map[string]string `json:"dtypes"`
 	Rows      int               `json:"rows"`
 	Dim       int               `json:"dim"`
 	Backend   string            `json:"backend"`
@@ -53,6 +56,11 @@ func (r *Result) marshal() ([]byte, error) {
 		ok = ok && plain(k) && plain(v)
 		keys = append(keys, k)
 	}
+	dkeys := make([]string, 0, len(r.DTypes))
+	for k, v := range r.DTypes {
+		ok = ok && plain(k) && plain(v)
+		dkeys = append(dkeys, k)
+	}
 	t := r.Timings
 	for _, f := range [...]float64{t.QueueWait, t.Fetch, t.Batch, t.Compute, t.Store, t.Total} {
 		ok = ok && !math.IsNaN(f) && !math.IsInf(f, 0)
@@ -61,7 +69,8 @@ func (r *Result) marshal() ([]byte, error) {
 		return json.Marshal(r)
 	}
 	slices.Sort(keys)
-	b := make([]byte, 0, 384+len(r.Out)+80*len(keys))
+	slices.Sort(dkeys)
+	b := make([]byte, 0, 416+len(r.Out)+80*len(keys)+16*len(dkeys))
 	str := func(s string) {
 		b = append(b, '"')
 		b = append(b, s...)
@@ -81,6 +90,21 @@ func (r *Result) marshal() ([]byte, error) {
 			str(k)
 			b = append(b, ':')
 			str(r.SHA256[k])
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"dtypes":`...)
+	if r.DTypes == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '{')
+		for i, k := range dkeys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			str(k)
+			b = append(b, ':')
+			str(r.DTypes[k])
 		}
 		b = append(b, '}')
 	}

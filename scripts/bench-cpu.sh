@@ -2,7 +2,9 @@
 # CPU backend benchmarks as a Markdown table: the backward's MB/s (12 bytes
 # per element: read x and dy, write dx) against copy() of the same byte
 # count, both measured in the same `go test -bench` run, medians over
-# COUNT runs. Usage: scripts/bench-cpu.sh [COUNT] (default 5).
+# COUNT runs; then the same job with every tensor in BF16 (6 bytes per
+# element) against copy() of its bytes. Usage: scripts/bench-cpu.sh [COUNT]
+# (default 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=${1:-5}
@@ -34,7 +36,14 @@ END {
 		row[s] = sprintf("| %s | %.0f | %.0f | %.0f | %.0f | %.0f%% | %.0f%% | %.0f%% |", sh, b, sc, c, p, 100*b/c, 100*b/p, 100*sc/c)
 	}
 	for (k in ratio) vals[k] = ratio[k]
-	for (s = 1; s <= 5; s++) printf "%s %.0f%% |\n", row[s], 100*median("BenchmarkRatio/" shapes[s])
+	for (s = 1; s <= 5; s++) printf "%s %.0f%% |\n", row[s], 100*median("BenchmarkRatio/f32/" shapes[s])
+	print ""
+	print "| rows x dim, every tensor BF16 | cpu (vector) MB/s | cpu (scalar Go) MB/s | vector / copy of the same bytes, interleaved |"
+	print "|---|---|---|---|"
+	for (s = 1; s <= 5; s++) {
+		sh = shapes[s]
+		printf "| %s | %.0f | %.0f | %.0f%% |\n", sh, median("BenchmarkBackward/best-bf16/" sh), median("BenchmarkBackward/scalar-bf16/" sh), 100*median("BenchmarkRatio/bf16/" sh)
+	}
 	for (k in jobs) vals[k] = jobs[k]
 	one = median("BenchmarkBatch256/one-buffer"); each = median("BenchmarkBatch256/buffer-each")
 	print ""

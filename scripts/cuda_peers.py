@@ -10,7 +10,10 @@ events (triton.testing.do_bench, median, L2 flushed between runs):
   compile   torch.compile of the closed form (dx, dw)
 and prints one Markdown table with each as a share of copy bandwidth,
 counting the minimal traffic: read x, dy, w; write dx, dw (12*rows*dim +
-8*dim bytes).
+8*dim bytes in F32, 6*rows*dim + 4*dim in BF16: the "bytes" of the Go
+JSON). A row of dtype BF16 runs every peer on bfloat16 tensors: the eager
+RMSNorm and F.rms_norm as torch runs them in bf16, and the compiled closed
+form computing in float32 with bf16 inputs and outputs (what our kernels do).
 """
 import json
 import sys
@@ -24,11 +27,14 @@ EPS = 1e-5
 
 
 def closed_form(x, w, dy):
-    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
-    s = (dy * x * w).sum(-1, keepdim=True)
-    dx = r * (dy * w - x * (s * r * r / x.shape[-1]))
-    dw = (dy * x * r).sum(0)
-    return dx, dw
+    # float32 arithmetic whatever the inputs' dtype, outputs in the inputs'
+    # dtypes (no-ops for float32 tensors).
+    xf, wf, dyf = x.float(), w.float(), dy.float()
+    r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+    s = (dyf * xf * wf).sum(-1, keepdim=True)
+    dx = r * (dyf * wf - xf * (s * r * r / x.shape[-1]))
+    dw = (dyf * xf * r).sum(0)
+    return dx.to(x.dtype), dw.to(w.dtype)
 
 
 # dynamic=False: one specialised kernel per shape, as a user benchmarking one
@@ -40,12 +46,15 @@ def bench(fn):
     return do_bench(fn, warmup=25, rep=200, return_mode="median") * 1000.0  # us
 
 
-def peers(rows, dim):
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def peers(rows, dim, dtype, nbytes):
     g = torch.Generator(device="cuda").manual_seed(rows * 7919 + dim)
-    x = torch.rand(rows, dim, device="cuda", generator=g) * 2 - 1
-    dy = torch.rand(rows, dim, device="cuda", generator=g) - 0.5
-    w = torch.rand(dim, device="cuda", generator=g) * 0.2 + 0.9
-    nbytes = 12 * rows * dim + 8 * dim
+    dt = DTYPES[dtype]
+    x = (torch.rand(rows, dim, device="cuda", generator=g) * 2 - 1).to(dt)
+    dy = (torch.rand(rows, dim, device="cuda", generator=g) - 0.5).to(dt)
+    w = (torch.rand(dim, device="cuda", generator=g) * 0.2 + 0.9).to(dt)
     src = torch.empty(nbytes // 8, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
     out = {"copy_us": bench(lambda: dst.copy_(src))}
@@ -80,7 +89,7 @@ def main():
     for r in ours["results"]:
         p = {}
         if r["jobs"] == 1:
-            p = peers(r["rows"], r["dim"])
+            p = peers(r["rows"], r["dim"], r.get("dtype", "F32"), r["bytes"])
             print(f"# peers {r['name']}: " + json.dumps({k: float(f"{v:.4g}") for k, v in p.items()}), flush=True)
         rows.append((r, p))
 
@@ -88,14 +97,14 @@ def main():
         return 100.0 * copy_us / us if us else float("nan")
 
     print()
-    print("| shape (f32) | copy GB/s (cuMemcpy) | ours (us) | ours % of copy | c=a+b % | torch eager (us, %) | F.rms_norm bwd (us, %) | torch.compile (us, %) | ours vs best peer |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| shape | dtype | copy GB/s (cuMemcpy) | ours (us) | ours % of copy | c=a+b % | torch eager (us, %) | F.rms_norm bwd (us, %) | torch.compile (us, %) | ours vs best peer |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r, p in rows:
         if r["jobs"] != 1:
             continue
         b, c = r["bytes"], r["copy_us"]
         gbs = b / c / 1e3
-        line = f"| {r['rows']}x{r['dim']} | {gbs:.0f} | {r['ours_us']:.1f} | {pct(b, r['ours_us'], c):.1f}% | {pct(b, r['add_us'], c):.1f}% |"
+        line = f"| {r['rows']}x{r['dim']} | {r.get('dtype', 'F32').lower()} | {gbs:.0f} | {r['ours_us']:.1f} | {pct(b, r['ours_us'], c):.1f}% | {pct(b, r['add_us'], c):.1f}% |"
         best = min(p["eager_us"], p["rms_norm_us"], p["compile_us"])
         for k in ("eager_us", "rms_norm_us", "compile_us"):
             line += f" {p[k]:.1f} ({pct(b, p[k], c):.0f}%) |"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The zero-setup demo (make demo): a dev worker (embedded Redis-protocol
 # server, local-disk store, CPU backend unless BACKEND is set) and a few
-# hundred synthetic jobs of mixed shapes, each checked against the float64
-# oracle, then a graceful SIGTERM of the worker, which must exit 0.
+# hundred synthetic jobs of mixed shapes and dtypes, each checked against
+# the float64 oracle in its output dtype, then a graceful SIGTERM of the
+# worker, which must exit 0.
 # Environment: COUNT (jobs), SHAPES (comma-separated ROWSxDIM or AxBx..xDIM),
+# DTYPES (comma-separated f32|bf16|f16, or x/w/dy per job as bf16/f32/bf16),
 # BACKEND (cpu|auto|metal|cuda). Needs nothing but bash and the two binaries:
 # the worker takes free ports itself and announces them in its dev
 # directory's dev.json, which enqueue reads (--dev-dir).
@@ -12,6 +14,7 @@ cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-300}
 SHAPES=${SHAPES:-8x1024,64x4096,1x257,7x5120,32x768,2x32,4x16x512}
+DTYPES=${DTYPES:-f32,bf16,f16,bf16/f32/bf16,f16/bf16/f32}
 BACKEND=${BACKEND:-cpu}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rmsgrad-demo.XXXXXX")
 data="$dir/data"
@@ -33,7 +36,7 @@ done
 echo "dev worker pid $worker, backend $BACKEND: $(tr -d '\n ' <"$data/dev.json")"
 
 status=0
-bin/enqueue synth --dev-dir "$data" --count "$COUNT" --shape "$SHAPES" --wait || status=$?
+bin/enqueue synth --dev-dir "$data" --count "$COUNT" --shape "$SHAPES" --dtype "$DTYPES" --wait || status=$?
 
 kill -TERM "$worker"
 wstatus=0

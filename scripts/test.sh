@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one test command (make test; .ci/run calls it). It installs what the
-# tests need when missing (redis-server, Debian's python3-numpy, versitygw,
-# minio, g++), checks formatting and vet, runs every Go test with the real servers
-# required, runs each fuzz target for a bounded time, then runs the demo.
+# tests need when missing (redis-server, Debian's python3-numpy and
+# python3-torch, versitygw, minio, g++), checks formatting and vet, runs every
+# Go test with the real servers required, runs each fuzz target for a bounded
+# time, then runs the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,9 @@ log "dependencies"
 command -v redis-server >/dev/null || apt_install redis-server
 command -v g++ >/dev/null || apt_install g++
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
+# The half-precision interop test (cmd/enqueue TestTorchInterop): torch
+# writes the inputs and checks the outputs against its float64 autograd.
+/usr/bin/python3 -c 'import torch' 2>/dev/null || apt_install python3-torch
 VERSITYGW_VERSION=v1.8.0
 # versitygw built by go install reports "Version: git", so read the module
 # version the binary was built from instead.

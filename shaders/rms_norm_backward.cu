@@ -34,6 +34,21 @@
 // (32 strided slices summed in order, then the slices in order). No float
 // atomics anywhere, so dx and dw are bitwise identical across runs, batch
 // compositions and recording orders.
+//
+// Dtypes: x, w, dy, dx and dw are each F32, BF16 or F16 (the job entry's
+// types word); r and the dw partials are F32 and all arithmetic is float32
+// in the same order whatever the dtypes. A half input element is widened
+// exactly as it is loaded (4-element chunks as for F32: one 8-byte vector
+// load for 4 halfs where a float4 load takes 16 bytes), and a half output
+// is the float32 result rounded once to nearest even as it is stored
+// (bf16: integer rounding, with the NaN rule of compute/half; f16: PTX
+// cvt.rn.f16.f32, NaN as compute/half). The rows code is compiled for the
+// job's IO type, the dtype x, dy and dx share (F32, BF16 or F16, so the
+// loads and stores of the bandwidth-bound tensors are typed at compile
+// time), or T_ANY, where each of them reads its own dtype from the entry
+// (mixes such as x in F16 and dy in BF16). w is loaded once per row group
+// on the register paths and dw stored once per column, so both read their
+// dtype at run time.
 
 #define RMS_THREADS 256
 // Chunks (of 4 floats) per thread of the shared-memory path (rows_smem,
@@ -57,16 +72,28 @@
 #define F_DW 8
 #define F_ALL (F_COMPUTE_R | F_WRITE_R | F_DX | F_DW)
 
+// Element types, 2 bits each in Job.types; cuda/plan.go uses the same codes.
+#define T_F32 0
+#define T_BF16 1
+#define T_F16 2
+#define T_ANY 3 // IO only: x, dy and dx do not share one dtype
+#define TYPE_X(J) ((J).types & 3)
+#define TYPE_W(J) (((J).types >> 2) & 3)
+#define TYPE_DY(J) (((J).types >> 4) & 3)
+#define TYPE_DX(J) (((J).types >> 6) & 3)
+#define TYPE_DW(J) (((J).types >> 8) & 3)
+#define TYPE_IO(J) (((J).types >> 10) & 3)
+
 // Job is one entry of the job table; cuda/plan.go writes the same layout
 // (jobEntry, 96 bytes).
 struct Job {
-	const float* x;
-	const float* w;
-	const float* dy;
+	const void* x;
+	const void* w;
+	const void* dy;
 	float* r;
-	float* dx;
+	void* dx;
 	float* part; // [g, dim] dw partials
-	float* dw;
+	void* dw;
 	int rows;
 	int dim;
 	int rg;     // rows per group
@@ -76,7 +103,7 @@ struct Job {
 	int start;  // first block of this job in the rows launch
 	int rstart; // first block of this job in the reduce launch
 	int stages; // shared-memory row slots (rows_smem); 0: registers path
-	int pad;
+	int types;  // dtypes of x, w, dy, dx, dw and the IO type (TYPE_*)
 };
 
 __device__ __forceinline__ void load4(const float* __restrict__ p, int e, int dim, bool vec, float v[4]) {
@@ -113,6 +140,129 @@ __device__ __forceinline__ void store4(float* p, int e, int dim, bool vec, const
 #pragma unroll
 		for (int q = 0; q < 4; q++)
 			if (e + q < dim) p[e + q] = v[q];
+	}
+}
+
+// Half <-> float32. Widening is exact; narrowing rounds to nearest even
+// and keeps a NaN a NaN (top mantissa bits kept, quiet bit set), as
+// compute/half does. RMS_EMU (the CPU test harness) does the f16 ones in
+// integer code; on the device they are one PTX cvt each, NaN handled apart.
+__device__ __forceinline__ float bf2f(unsigned int h) { return __uint_as_float(h << 16); }
+
+__device__ __forceinline__ unsigned short f2bf(float f) {
+	const unsigned int u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+	return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+#ifdef RMS_EMU
+__device__ __forceinline__ float h2f(unsigned int h) {
+	const unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+	if (e == 0x1f) return __uint_as_float(s | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u));
+	if (e == 0) {
+		const float v = (float)m * (1.0f / 16777216.0f);
+		return s ? -v : v;
+	}
+	return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+__device__ __forceinline__ unsigned short f2h(float f) {
+	const unsigned int b = __float_as_uint(f);
+	const unsigned short sign = (unsigned short)((b >> 16) & 0x8000u);
+	const int exp = (int)((b >> 23) & 0xffu);
+	const unsigned int mant = b & 0x7fffffu;
+	if (exp == 0xff) return mant ? (unsigned short)(sign | 0x7e00u | (mant >> 13)) : (unsigned short)(sign | 0x7c00u);
+	if (exp == 0) return sign;
+	const int e16 = exp - 127 + 15;
+	if (e16 >= 0x1f) return (unsigned short)(sign | 0x7c00u);
+	const int sh = e16 <= 0 ? 14 - e16 : 13;
+	if (sh >= 25) return sign;
+	const unsigned int m = mant | 0x800000u, half = 1u << (sh - 1);
+	unsigned int r = m >> sh;
+	const unsigned int rem = m & ((1u << sh) - 1u);
+	if (rem > half || (rem == half && (r & 1u))) r++;
+	if (e16 <= 0) return (unsigned short)(sign | r);
+	return (unsigned short)(sign + ((unsigned int)(e16 - 1) << 10) + r);
+}
+#else
+__device__ __forceinline__ float h2f(unsigned int h) {
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+	return f;
+}
+__device__ __forceinline__ unsigned short f2h(float f) {
+	const unsigned int b = __float_as_uint(f);
+	if ((b & 0x7fffffffu) > 0x7f800000u)
+		return (unsigned short)(((b >> 16) & 0x8000u) | 0x7e00u | ((b & 0x7fffffu) >> 13));
+	unsigned short h;
+	asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	return h;
+}
+#endif
+
+// tsize is the element size of a dtype; at offsets a tensor by i elements.
+__device__ __forceinline__ int tsize(int dt) { return dt == T_F32 ? 4 : 2; }
+__device__ __forceinline__ const void* at(const void* p, size_t i, int dt) {
+	return (const char*)p + i * (size_t)tsize(dt);
+}
+__device__ __forceinline__ void* at(void* p, size_t i, int dt) { return (char*)p + i * (size_t)tsize(dt); }
+
+template <int T>
+__device__ __forceinline__ float widen(unsigned int h) {
+	if constexpr (T == T_BF16) return bf2f(h);
+	else return h2f(h);
+}
+template <int T>
+__device__ __forceinline__ unsigned int narrow(float f) {
+	if constexpr (T == T_BF16) return f2bf(f);
+	else return f2h(f);
+}
+
+// loadT loads 4 elements at e of a row p of dtype T (of dt when T is
+// T_ANY, which dispatches at run time), widened to float32; past dim, 0.
+// A vec chunk of halfs is one 8-byte load.
+template <int T>
+__device__ __forceinline__ void loadT(const void* p, int e, int dim, bool vec, float v[4], int dt) {
+	if constexpr (T == T_ANY) {
+		if (dt == T_BF16) loadT<T_BF16>(p, e, dim, vec, v, dt);
+		else if (dt == T_F16) loadT<T_F16>(p, e, dim, vec, v, dt);
+		else loadT<T_F32>(p, e, dim, vec, v, dt);
+	} else if constexpr (T == T_F32) {
+		load4((const float*)p, e, dim, vec, v);
+	} else {
+		const unsigned short* h = (const unsigned short*)p;
+		if (vec) {
+			const uint2 t = __ldg(reinterpret_cast<const uint2*>(h + e));
+			v[0] = widen<T>(t.x & 0xffffu);
+			v[1] = widen<T>(t.x >> 16);
+			v[2] = widen<T>(t.y & 0xffffu);
+			v[3] = widen<T>(t.y >> 16);
+		} else {
+#pragma unroll
+			for (int q = 0; q < 4; q++) v[q] = (e + q < dim) ? widen<T>(__ldg(h + e + q)) : 0.0f;
+		}
+	}
+}
+
+// storeT stores 4 float32 results at e of a row p of dtype T (dt for
+// T_ANY), each rounded once to the dtype; nothing past dim.
+template <int T>
+__device__ __forceinline__ void storeT(void* p, int e, int dim, bool vec, const float v[4], int dt) {
+	if constexpr (T == T_ANY) {
+		if (dt == T_BF16) storeT<T_BF16>(p, e, dim, vec, v, dt);
+		else if (dt == T_F16) storeT<T_F16>(p, e, dim, vec, v, dt);
+		else storeT<T_F32>(p, e, dim, vec, v, dt);
+	} else if constexpr (T == T_F32) {
+		store4((float*)p, e, dim, vec, v);
+	} else {
+		unsigned short* h = (unsigned short*)p;
+		if (vec) {
+			*reinterpret_cast<uint2*>(h + e) =
+			    make_uint2(narrow<T>(v[0]) | (narrow<T>(v[1]) << 16), narrow<T>(v[2]) | (narrow<T>(v[3]) << 16));
+		} else {
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+				if (e + q < dim) h[e + q] = (unsigned short)narrow<T>(v[q]);
+		}
 	}
 }
 
@@ -230,7 +380,8 @@ __device__ __forceinline__ int group_rows(const Job& J, int grp) { return (J.row
 // computed and written, dx, dw) and dim a multiple of 4, so that the flag
 // and bounds tests fold away. It runs the same instructions in the same
 // order as the general path, so the bits are the same (TestKernelsOnCPU).
-template <int T, int K, bool PF, bool FUSED>
+// IO is the dtype of x, dy and dx (T_ANY: each its own, read at run time).
+template <int T, int K, bool PF, bool FUSED, int IO>
 __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	constexpr int S = PF ? 2 : 1;
 	const int dim = J.dim;
@@ -245,6 +396,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	// Local row b of the group is row grp + b*G of the job (rowOf).
 	const int G = J.g;
 	const int b1 = group_rows(J, grp);
+	const int tx = IO == T_ANY ? TYPE_X(J) : IO, tdy = IO == T_ANY ? TYPE_DY(J) : IO;
+	const int tdx = IO == T_ANY ? TYPE_DX(J) : IO, tw = TYPE_W(J);
 
 	float wv[K][4], dwacc[K][4], xs[S][K][4], ds[S][K][4];
 #pragma unroll
@@ -252,7 +405,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 		const int c = t + k * T;
 #pragma unroll
 		for (int q = 0; q < 4; q++) wv[k][q] = dwacc[k][q] = 0.0f;
-		if (doDX && c < nch) load4(J.w, c * 4, dim, vec, wv[k]);
+		if (doDX && c < nch) loadT<T_ANY>(J.w, c * 4, dim, vec, wv[k], tw);
 #pragma unroll
 		for (int i = 0; i < S; i++)
 #pragma unroll
@@ -261,14 +414,14 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	// load fills slot i with row b (nothing past the group's last row).
 	auto load = [&](int i, int b) {
 		if (b < b1) {
-			const float* xr = J.x + rowOf(b) * dim;
-			const float* dyr = J.dy + rowOf(b) * dim;
+			const void* xr = at(J.x, rowOf(b) * dim, tx);
+			const void* dyr = needDY ? at(J.dy, rowOf(b) * dim, tdy) : nullptr;
 #pragma unroll
 			for (int k = 0; k < K; k++) {
 				const int c = t + k * T;
 				if (c < nch) {
-					load4(xr, c * 4, dim, vec, xs[i][k]);
-					if (needDY) load4(dyr, c * 4, dim, vec, ds[i][k]);
+					loadT<IO>(xr, c * 4, dim, vec, xs[i][k], tx);
+					if (needDY) loadT<IO>(dyr, c * 4, dim, vec, ds[i][k], tdy);
 				}
 			}
 		}
@@ -305,7 +458,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 								float o[4];
 								dx4(xs[i][k], ds[i][k], wv[k], r, cc, o);
 								if (!FUSED && dim == 1) o[0] = dx_dim1(ds[i][k][0], wv[k][0], r, J.eps);
-								store4(J.dx + rowOf(b) * dim, c * 4, dim, vec, o);
+								storeT<IO>(at(J.dx, rowOf(b) * dim, tdx), c * 4, dim, vec, o, tdx);
 							}
 							if (doDW) {
 #pragma unroll
@@ -334,6 +487,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 // memory filled by asynchronous copies, so stages-1 rows stay in flight
 // while the current one is reduced and written. The arithmetic is that of
 // rows_regs, chunk by chunk in the same order, so the bits are the same.
+// x and dy are F32 here (the host gives half inputs no slots); w and dx
+// may be of any dtype.
 template <int K>
 __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm) {
 	const int dim = J.dim;
@@ -347,6 +502,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 	// Local row b of the group is row grp + b*G of the job (rowOf).
 	const int G = J.g;
 	const int b1 = group_rows(J, grp);
+	const int tdx = TYPE_DX(J), tw = TYPE_W(J);
 
 	float dwacc[K][4];
 #pragma unroll
@@ -360,8 +516,8 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 	auto issue = [&](int b) {
 		if (b < b1) {
 			float* sx = sm + (size_t)(b % S) * 2 * dim;
-			const float* xr = J.x + rowOf(b) * dim;
-			const float* dyr = J.dy + rowOf(b) * dim;
+			const float* xr = (const float*)J.x + rowOf(b) * dim;
+			const float* dyr = (const float*)J.dy + rowOf(b) * dim;
 #pragma unroll
 			for (int k = 0; k < K; k++) {
 				const int c = t + k * RMS_THREADS;
@@ -389,7 +545,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 					load4rw(sx, c * 4, dim, true, xv);
 					if (doDX) {
 						load4rw(sd, c * 4, dim, true, dv);
-						load4(J.w, c * 4, dim, true, wv);
+						loadT<T_ANY>(J.w, c * 4, dim, true, wv, tw);
 					}
 					accum(xv, dv, wv, c * 4, dim, true, doR, doDX, ss, s);
 				}
@@ -414,9 +570,9 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 				load4rw(sd, c * 4, dim, true, dv);
 				if (doDX) {
 					float wv[4], o[4];
-					load4(J.w, c * 4, dim, true, wv);
+					loadT<T_ANY>(J.w, c * 4, dim, true, wv, tw);
 					dx4(xv, dv, wv, r, cc, o);
-					store4(J.dx + rowOf(b) * dim, c * 4, dim, true, o);
+					storeT<T_ANY>(at(J.dx, rowOf(b) * dim, tdx), c * 4, dim, true, o, tdx);
 				}
 				if (doDW) {
 #pragma unroll
@@ -438,7 +594,9 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 
 // The rows of one group for dims over 4 chunks per thread without slots: the same
 // arithmetic, re-reading x and dy, the dw accumulator living in the group's
-// partial row (only this thread touches these columns of this group).
+// partial row (only this thread touches these columns of this group). IO as
+// for rows_regs.
+template <int IO>
 __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
@@ -451,18 +609,20 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 	// Local row b of the group is row grp + b*G of the job (rowOf).
 	const int G = J.g;
 	const int b1 = group_rows(J, grp);
+	const int tx = IO == T_ANY ? TYPE_X(J) : IO, tdy = IO == T_ANY ? TYPE_DY(J) : IO;
+	const int tdx = IO == T_ANY ? TYPE_DX(J) : IO, tw = TYPE_W(J);
 	float* part = J.part + (size_t)grp * dim;
 	for (int b = 0; b < b1; b++) {
-		const float* xr = J.x + rowOf(b) * dim;
-		const float* dyr = J.dy + rowOf(b) * dim;
+		const void* xr = at(J.x, rowOf(b) * dim, tx);
+		const void* dyr = needDY ? at(J.dy, rowOf(b) * dim, tdy) : nullptr;
 		float ss = 0.0f, s = 0.0f;
 		if (doR || doDX) {
 			for (int c = t; c < nch; c += RMS_THREADS) {
 				float x4[4], d4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-				load4(xr, c * 4, dim, vec, x4);
+				loadT<IO>(xr, c * 4, dim, vec, x4, tx);
 				if (doDX) {
-					load4(dyr, c * 4, dim, vec, d4);
-					load4(J.w, c * 4, dim, vec, w4);
+					loadT<IO>(dyr, c * 4, dim, vec, d4, tdy);
+					loadT<T_ANY>(J.w, c * 4, dim, vec, w4, tw);
 				}
 				accum(x4, d4, w4, c * 4, dim, vec, doR, doDX, ss, s);
 			}
@@ -479,14 +639,14 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
 		for (int c = t; c < nch; c += RMS_THREADS) {
 			float x4[4], d4[4];
-			load4(xr, c * 4, dim, vec, x4);
-			load4(dyr, c * 4, dim, vec, d4);
+			loadT<IO>(xr, c * 4, dim, vec, x4, tx);
+			loadT<IO>(dyr, c * 4, dim, vec, d4, tdy);
 			if (doDX) {
 				float w4[4], o[4];
-				load4(J.w, c * 4, dim, vec, w4);
+				loadT<T_ANY>(J.w, c * 4, dim, vec, w4, tw);
 				dx4(x4, d4, w4, r, cc, o);
 				if (dim == 1) o[0] = dx_dim1(d4[0], w4[0], r, J.eps);
-				store4(J.dx + rowOf(b) * dim, c * 4, dim, vec, o);
+				storeT<IO>(at(J.dx, rowOf(b) * dim, tdx), c * 4, dim, vec, o, tdx);
 			}
 			if (doDW) {
 				float a[4], o[4];
@@ -503,6 +663,28 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 	}
 }
 
+// rows_any runs one group of a general (256-thread) rows entry: the
+// register path up to 4 chunks per thread, streaming beyond, with x, dy
+// and dx of type IO.
+template <int IO>
+__device__ __forceinline__ void rows_any(const Job& J, int grp, float (*red)[2][32], int K) {
+	switch (K) {
+	case 1:
+		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		break;
+	case 2:
+		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		break;
+	case 3:
+	case 4:
+		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		break;
+	default:
+		// Over 4 chunks per thread: x and dy re-read, no register arrays.
+		rows_stream<IO>(J, grp, red);
+	}
+}
+
 // grid: (total groups of all jobs of the launch). bmap[blockIdx.x] is the
 // block's job; its group is blockIdx.x - jobs[j].start. 256 threads, two
 // blocks per multiprocessor: dims up to 4096 on the register path, and the
@@ -515,8 +697,8 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 	const int nch = (J.dim + 3) >> 2;
 	const int K = (nch + RMS_THREADS - 1) / RMS_THREADS;
 	if (J.stages > 0) {
-		// dim % 4 == 0 and K <= RMS_KMAX (the host sets stages only then,
-		// and only when RMSGRAD_CUDA_STAGES asks for this path).
+		// dim % 4 == 0, K <= RMS_KMAX and x, dy F32 (the host sets stages
+		// only then, and only when RMSGRAD_CUDA_STAGES asks for this path).
 		float* sm = reinterpret_cast<float*>(rms_dyn);
 		switch (K) {
 		case 1:
@@ -534,20 +716,18 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 		}
 		return;
 	}
-	switch (K) {
-	case 1:
-		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), false>(J, grp, red);
+	switch (TYPE_IO(J)) {
+	case T_F32:
+		rows_any<T_F32>(J, grp, red, K);
 		break;
-	case 2:
-		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), false>(J, grp, red);
+	case T_BF16:
+		rows_any<T_BF16>(J, grp, red, K);
 		break;
-	case 3:
-	case 4:
-		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), false>(J, grp, red);
+	case T_F16:
+		rows_any<T_F16>(J, grp, red, K);
 		break;
 	default:
-		// Over 4 chunks per thread: x and dy re-read, no register arrays.
-		rows_stream(J, grp, red);
+		rows_any<T_ANY>(J, grp, red, K);
 	}
 }
 
@@ -562,25 +742,54 @@ extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
 	__shared__ float red[2][2][32];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int grp = blockIdx.x - J.start;
-	rows_regs<RMS_WIDE_THREADS, 4, true, false>(J, grp, red);
+	switch (TYPE_IO(J)) {
+	case T_F32:
+		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_F32>(J, grp, red);
+		break;
+	case T_BF16:
+		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_BF16>(J, grp, red);
+		break;
+	case T_F16:
+		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_F16>(J, grp, red);
+		break;
+	default:
+		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_ANY>(J, grp, red);
+	}
+}
+
+// rows_fused runs one group of a fused entry on the 256-thread register
+// path, x, dy and dx of type IO.
+template <int IO>
+__device__ __forceinline__ void rows_fused(const Job& J, int grp, float (*red)[2][32]) {
+	const int nch = J.dim >> 2;
+	if (nch <= RMS_THREADS)
+		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), true, IO>(J, grp, red);
+	else if (nch <= 2 * RMS_THREADS)
+		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), true, IO>(J, grp, red);
+	else
+		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), true, IO>(J, grp, red);
 }
 
 // The fused entries of the two register paths (every flag set, dim a
-// multiple of 4, up to 4096 and from 4100 to 8192), compiled as kernels of
-// their own so that the general paths' register pressure does not make
-// them spill. The host sends an entry here only in that case.
+// multiple of 4, up to 4096 and from 4100 to 8192, and x, dy and dx of one
+// dtype), compiled as kernels of their own so that the general paths'
+// register pressure does not make them spill. The host sends an entry here
+// only in that case.
 extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
     rms_norm_backward_rows_fused_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
 	__shared__ float red[2][2][32];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int grp = blockIdx.x - J.start;
-	const int nch = J.dim >> 2;
-	if (nch <= RMS_THREADS)
-		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), true>(J, grp, red);
-	else if (nch <= 2 * RMS_THREADS)
-		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), true>(J, grp, red);
-	else
-		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), true>(J, grp, red);
+	switch (TYPE_IO(J)) {
+	case T_BF16:
+		rows_fused<T_BF16>(J, grp, red);
+		break;
+	case T_F16:
+		rows_fused<T_F16>(J, grp, red);
+		break;
+	default:
+		rows_fused<T_F32>(J, grp, red);
+	}
 }
 
 extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
@@ -588,7 +797,16 @@ extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
 	__shared__ float red[2][2][32];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int grp = blockIdx.x - J.start;
-	rows_regs<RMS_WIDE_THREADS, 4, true, true>(J, grp, red);
+	switch (TYPE_IO(J)) {
+	case T_BF16:
+		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_BF16>(J, grp, red);
+		break;
+	case T_F16:
+		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_F16>(J, grp, red);
+		break;
+	default:
+		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_F32>(J, grp, red);
+	}
 }
 
 // Reduce layout: a block sums RED_CH chunks of 4 columns over all G partials
@@ -597,8 +815,8 @@ extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
 #define RED_CH 8
 #define RED_SL (RMS_THREADS / RED_CH)
 
-// dw[i] = sum over groups of part[g, i] in a fixed tree. grid: (total reduce
-// blocks); bmap[blockIdx.x] is the block's job.
+// dw[i] = sum over groups of part[g, i] in a fixed tree, stored in dw's
+// dtype. grid: (total reduce blocks); bmap[blockIdx.x] is the block's job.
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_dw_reduce_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
 #if !defined(RMS_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -646,7 +864,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 			o[2] = __fadd_rn(o[2], v.z);
 			o[3] = __fadd_rn(o[3], v.w);
 		}
-		store4(J.dw, e, dim, vec, o);
+		storeT<T_ANY>(J.dw, e, dim, vec, o, TYPE_DW(J));
 	}
 }
 

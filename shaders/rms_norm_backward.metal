@@ -113,7 +113,9 @@ static inline float f16_to_f32(ushort h) {
     uint e = (h >> 10) & 0x1fu;
     uint m = h & 0x3ffu;
     if (e == 0x1fu) {
-        return as_type<float>(sign | 0x7f800000u | (m << 13)); // Inf, NaN (payload kept)
+        // Inf; a NaN keeps its payload and is quiet, as F16C's VCVTPH2PS
+        // and compute/half make it.
+        return as_type<float>(sign | 0x7f800000u | (m << 13) | (m != 0u ? 0x400000u : 0u));
     }
     if (e == 0u) {
         if (m == 0u) {

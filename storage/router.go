@@ -17,8 +17,9 @@ import (
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
 
-// SupportedDTypes are the dtypes the workers compute; Head rejects others.
-var SupportedDTypes = []string{"F32"}
+// SupportedDTypes are the dtypes the workers compute (compute.DTypes, as
+// safetensors names them); Head rejects others with ErrDType naming these.
+var SupportedDTypes = []string{"F32", "BF16", "F16"}
 
 // SHA256Key returns the __metadata__ key under which Write records the
 // sha256 (lowercase hex) of tensor name's bytes.

@@ -70,11 +70,12 @@ func TestRouterFile(t *testing.T) {
 		safetensors.F32("x", []int{64, 33}, x),
 		safetensors.F32("w", []int{33}, x[:33]),
 		{Name: "h", DType: "F16", Shape: []int{2}, Data: []byte{0, 0x3c, 0, 0x40}},
+		{Name: "d", DType: "F64", Shape: []int{1}, Data: make([]byte, 8)},
 	}, map[string]string{"run": "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.SHA256) != 3 || len(res.SHA256["x"]) != 64 {
+	if len(res.SHA256) != 4 || len(res.SHA256["x"]) != 64 {
 		t.Fatalf("sha256s %v", res.SHA256)
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, "sub/io.safetensors")); fi == nil || fi.Size() != res.Bytes {
@@ -89,11 +90,19 @@ func TestRouterFile(t *testing.T) {
 	if w := fetchF32(t, r, uri+"#w", []int{33}); w[32] != x[32] {
 		t.Fatalf("w[32] = %v", w[32])
 	}
-	_, err = r.Head(ctx, uri+"#h")
-	if !errors.Is(err, storage.ErrDType) || !strings.Contains(err.Error(), "supported: F32") || !strings.Contains(err.Error(), `tensor "h"`) {
-		t.Errorf("F16 head: %v", err)
+	h, err := r.Head(ctx, uri+"#h")
+	if err != nil || h.DType != "F16" || h.Size != 4 {
+		t.Fatalf("F16 head: %+v, %v", h, err)
 	}
-	if _, err = r.Head(ctx, uri); !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "holds 3 tensors") {
+	hb := make([]byte, h.Size)
+	if err := r.Fetch(ctx, h, hb); err != nil || !bytes.Equal(hb, []byte{0, 0x3c, 0, 0x40}) {
+		t.Fatalf("F16 fetch: %v, %v", hb, err)
+	}
+	_, err = r.Head(ctx, uri+"#d")
+	if !errors.Is(err, storage.ErrDType) || !strings.Contains(err.Error(), "supported: F32, BF16, F16") || !strings.Contains(err.Error(), `tensor "d"`) {
+		t.Errorf("F64 head: %v", err)
+	}
+	if _, err = r.Head(ctx, uri); !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "holds 4 tensors") {
 		t.Errorf("head without a name: %v", err)
 	}
 	if _, err = r.Head(ctx, uri+"#nope"); !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), uri+"#nope") {

@@ -159,17 +159,27 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	def, one := median(defs), median(ones)
 	for _, s := range shapes {
 		r := def
-		var largeRatios []float64
+		var largeRatios, bf16Ratios []float64
+		var bf16Run e2eResult
 		switch s.Name {
 		case small.Name:
 		case "large":
 			// The target class runs o.repeat rounds, each followed by its
 			// storage ceiling measured again (as for the small class): a
 			// 64 MiB PUT's rate on shared cores moves 2x between minutes,
-			// and the section's ceiling was measured minutes earlier.
-			var rs []e2eResult
+			// and the section's ceiling was measured minutes earlier. Each
+			// round also runs the same jobs with every tensor in BF16
+			// (inputs staged in BF16, dx and dw written in BF16), right
+			// after the F32 run, so that the pair sees the same load.
+			var rs, halfs []e2eResult
 			for range max(1, o.repeat) {
 				r, err := run(s, 0)
+				if err != nil {
+					return rows, notes, err
+				}
+				hs := s
+				hs.Name, hs.DType = s.Name+"-bf16", compute.BF16
+				h, err := run(hs, 0)
 				if err != nil {
 					return rows, notes, err
 				}
@@ -177,10 +187,11 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 				if err != nil {
 					return rows, notes, err
 				}
-				rs = append(rs, r)
+				rs, halfs = append(rs, r), append(halfs, h)
 				largeRatios = append(largeRatios, r.JobsPerS/c.JobsPerS())
+				bf16Ratios = append(bf16Ratios, h.JobsPerS/r.JobsPerS)
 			}
-			r = median(rs)
+			r, bf16Run = median(rs), median(halfs)
 		default:
 			var err error
 			if r, err = run(s, 0); err != nil {
@@ -210,6 +221,12 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			}
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d (median of %d; rounds: %s)", s.Rows, s.Dim, len(largeRatios), strings.Join(per, ", ")), r.figure(),
 				"storage jobs/s, measured after each round", medianOf(largeRatios, func(x float64) float64 { return x }), 1, 0.8))
+			var bper []string
+			for _, x := range bf16Ratios {
+				bper = append(bper, fmt.Sprintf("%.2fx", x))
+			}
+			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d, every tensor BF16 vs F32, jobs/s (median of %d; rounds: %s)", s.Rows, s.Dim, len(bf16Ratios), strings.Join(bper, ", ")),
+				bf16Run.figure(), "F32 jobs/s of the same round", medianOf(bf16Ratios, func(x float64) float64 { return x }), 1, 1.8))
 		default:
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("%s %dx%d", s.Name, s.Rows, s.Dim), r.figure(),
 				"storage jobs/s", r.JobsPerS, sc.JobsPerS(), 0))
@@ -389,7 +406,7 @@ func stageInputs(ctx context.Context, rs routerStore, s shape) (string, error) {
 	base := fmt.Sprintf("s3://%s/e2e/%s-%d/", benchBucket, s.Name, time.Now().UnixNano())
 	w := make([]float32, s.Dim)
 	fill(w, 2)
-	if err := putTensor(ctx, rs, base+"w.safetensors", []int{s.Dim}, w); err != nil {
+	if err := putTensorAs(ctx, rs, base+"w.safetensors", s.dtype(), []int{s.Dim}, w); err != nil {
 		return "", err
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -404,7 +421,7 @@ func stageInputs(ctx context.Context, rs routerStore, s shape) (string, error) {
 				}
 				for k, name := range []string{"x", "dy"} {
 					fill(x, i%7+1+10*k)
-					if err := putTensor(gctx, rs, inputURI(base, name, i), []int{s.Rows, s.Dim}, x); err != nil {
+					if err := putTensorAs(gctx, rs, inputURI(base, name, i), s.dtype(), []int{s.Rows, s.Dim}, x); err != nil {
 						return err
 					}
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/rmsgrad/rmsgrad/compute"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -22,6 +23,17 @@ type shape struct {
 	// Staged is how many jobs' inputs are staged (0: Jobs); job i reads
 	// those of job i mod Staged.
 	Staged int
+	// DType is the dtype of every tensor the end-to-end runs stage and
+	// the worker writes back ("" is F32).
+	DType compute.DType
+}
+
+// dtype is s.DType, F32 when unset.
+func (s shape) dtype() compute.DType {
+	if s.DType == "" {
+		return compute.F32
+	}
+	return s.DType
 }
 
 // staged is how many jobs' inputs s stages.
@@ -33,10 +45,10 @@ func (s shape) staged() int {
 }
 
 // XBytes is the size of x (and of dy and dx) in bytes.
-func (s shape) XBytes() int { return s.Rows * s.Dim * 4 }
+func (s shape) XBytes() int { return s.Rows * s.Dim * s.dtype().Size() }
 
 // TensorBytes is what one job moves: x, w, dy in and dx, dw out.
-func (s shape) TensorBytes() int { return 3*s.XBytes() + 2*s.Dim*4 }
+func (s shape) TensorBytes() int { return 3*s.XBytes() + 2*s.Dim*s.dtype().Size() }
 
 // storageResult is the minio-go ceiling for one object size.
 type storageResult struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/internal/jobstore"
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage"
@@ -53,7 +54,13 @@ func newRouterStore(ctx context.Context, e *env) (routerStore, error) {
 // putTensor stores one F32 tensor as a safetensors object named "t" through
 // the router, as cmd/enqueue uploads inputs.
 func putTensor(ctx context.Context, rs routerStore, uri string, shape []int, data []float32) error {
-	t := safetensors.F32("t", shape, data)
+	return putTensorAs(ctx, rs, uri, compute.F32, shape, data)
+}
+
+// putTensorAs is putTensor for a tensor of dtype dt (data rounded to it).
+func putTensorAs(ctx context.Context, rs routerStore, uri string, dt compute.DType, shape []int, data []float32) error {
+	t := safetensors.Tensor{Name: "t", DType: string(dt), Shape: shape, Data: make([]byte, dt.Size()*len(data))}
+	dt.Encode(t.Data, data)
 	if _, err := rs.r.Write(ctx, uri, []storage.OutTensor{t}, nil); err != nil {
 		return fmt.Errorf("put input %s: %w", uri, err)
 	}

@@ -186,7 +186,7 @@ func TestCLI(t *testing.T) {
 		}
 		r = e.mustRun("result", "cli-b")
 		if !strings.Contains(r.stdout, "job cli-b completed: out s3://"+bucket+"/out/b.safetensors (4x96) on cpu/cli-test") ||
-			!strings.Contains(r.stdout, "dx sha256 "+st.Result.SHA256["dx"]) || !strings.Contains(r.stdout, "dw sha256 "+st.Result.SHA256["dw"]) || !strings.Contains(r.stdout, "ms: queue_wait ") {
+			!strings.Contains(r.stdout, "dx sha256 "+st.Result.SHA256["dx"]+" (F32)") || !strings.Contains(r.stdout, "dw sha256 "+st.Result.SHA256["dw"]+" (F32)") || !strings.Contains(r.stdout, "ms: queue_wait ") {
 			t.Fatalf("result:\n%s", r.stdout)
 		}
 		if okID != "" {
@@ -282,6 +282,23 @@ func TestCLI(t *testing.T) {
 			"failed        0", "wrong outputs 0", "jobs per batch size", "jobs/s"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Fatalf("synth summary lacks %q:\n%s", want, r.stdout)
+			}
+		}
+		// Mixed dtypes, each job's outputs checked in their own dtype; then
+		// the same with F32 gradients.
+		for _, grad := range []string{"", "f32"} {
+			r = e.mustRun("synth", "--count", "8", "--shape", "3x40,2x2x33", "--dtype", "bf16,f16,bf16/f32/bf16,f32/bf16/f16",
+				"--grad-dtype", grad, "--prefix", "s3://"+bucket+"/synth", "--wait")
+			for _, want := range []string{"completed     8", "failed        0", "wrong outputs 0"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Fatalf("synth --dtype (grad %q) summary lacks %q:\n%s", grad, want, r.stdout)
+				}
+			}
+		}
+		for _, bad := range [][]string{{"--dtype", "f64"}, {"--grad-dtype", "i32"}, {"--dtype", "bf16/f32"}} {
+			r = e.run(append([]string{"synth", "--count", "1", "--prefix", "s3://" + bucket + "/synth"}, bad...)...)
+			if r.code != 2 || !strings.Contains(r.stderr, "--") || !strings.Contains(r.stderr, "bf16") {
+				t.Fatalf("synth %v: exit %d, stderr %q; want a usage error naming the supported dtypes", bad, r.code, r.stderr)
 			}
 		}
 	})

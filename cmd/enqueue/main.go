@@ -1,8 +1,8 @@
 // Command enqueue posts RMSNorm-backward jobs to a rmsgrad queue and waits
 // for their results.
 //
-//	enqueue submit --x URI|FILE --w URI|FILE --dy URI|FILE --out URI [--eps E] [--outputs dx,dw,r] [--id ID] [--wait] [--json]
-//	enqueue synth  --count N --shape ROWSxDIM[,ROWSxDIM...] [--wait]
+//	enqueue submit --x URI|FILE --w URI|FILE --dy URI|FILE --out URI [--eps E] [--outputs dx,dw,r] [--grad-dtype f32|bf16|f16] [--id ID] [--wait] [--json]
+//	enqueue synth  --count N --shape ROWSxDIM[,ROWSxDIM...] [--dtype f32|bf16|f16|X/W/DY[,...]] [--grad-dtype f32|bf16|f16] [--wait]
 //	enqueue wait   ID...
 //	enqueue status ID
 //	enqueue result ID

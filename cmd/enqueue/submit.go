@@ -30,6 +30,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	outputs := fs.String("outputs", "dx,dw", "outputs to write: any of dx,dw,r")
 	id := fs.String("id", "", "task id: re-submitting the same job under its id is a no-op (safe retries); another job under a taken id is an error")
 	wait := fs.Bool("wait", false, "wait for the result and exit non-zero if the job fails")
+	gradDType := fs.String("grad-dtype", "", "dtype of dx and dw: f32, bf16 or f16 (the inputs may each be F32, BF16 or F16); default: dx like x, dw like w")
 	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -41,13 +42,21 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return cliflag.Usagef("unexpected arguments %q: every input is a flag (--x, --w, --dy, --out)", fs.Args())
 	}
+	var grad string
+	if *gradDType != "" {
+		dt, err := parseDType("grad-dtype", *gradDType)
+		if err != nil {
+			return &cliflag.UsageError{Err: err}
+		}
+		grad = string(dt)
+	}
 	c, err := loadConfig(&cf)
 	if err != nil {
 		return err
 	}
 	// What the command line and the local disk can tell comes first: a
 	// typo is reported before Redis or storage is touched.
-	j := jobs.Job{V: jobs.Version, Eps: *eps}
+	j := jobs.Job{V: jobs.Version, Eps: *eps, GradDType: grad}
 	if j.Out, err = resolveOut(c, *out); err != nil {
 		return err
 	}
@@ -126,7 +135,7 @@ func printOutcome(stdout io.Writer, asJSON bool, id string, res *jobs.Result, er
 			id, res.Out, res.Rows, res.Dim, res.Backend, res.Worker, res.BatchID, res.BatchJobs, res.Timings.Total)
 		for _, name := range []string{"dx", "dw", "r"} {
 			if h, ok := res.SHA256[name]; ok {
-				fmt.Fprintf(stdout, "  %-2s sha256 %s\n", name, h)
+				fmt.Fprintf(stdout, "  %-2s sha256 %s (%s)\n", name, h, res.DTypes[name])
 			}
 		}
 		tm := res.Timings

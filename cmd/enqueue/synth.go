@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/computetest"
 	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/jobs"
@@ -79,12 +79,24 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	run := fs.String("run", "", "run name used in object keys and task ids (default: time-based)")
 	wait := fs.Bool("wait", false, "wait for every job and check its outputs against the CPU oracle")
 	parallel := fs.Int("parallel", 8, "uploads and checks in parallel")
+	dtypes := fs.String("dtype", "f32", "dtype of x, w and dy: f32, bf16 or f16, or one per tensor as x/w/dy (bf16/f32/bf16); a comma-separated list is cycled through the jobs for mixed dtypes")
+	gradDType := fs.String("grad-dtype", "", "dtype of dx and dw (f32, bf16, f16); default: dx like x, dw like w")
 	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	shp, err := parseShapes(*shapes)
 	if err != nil {
 		return &cliflag.UsageError{Err: err}
+	}
+	dts, err := parseDTypes(*dtypes)
+	if err != nil {
+		return &cliflag.UsageError{Err: err}
+	}
+	var grad compute.DType
+	if *gradDType != "" {
+		if grad, err = parseDType("grad-dtype", *gradDType); err != nil {
+			return &cliflag.UsageError{Err: err}
+		}
 	}
 	if *count <= 0 {
 		return cliflag.Usagef("--count must be > 0")
@@ -125,19 +137,19 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	g.SetLimit(*parallel)
 	for i := range *count {
 		g.Go(func() error {
-			sh := shp[i%len(shp)]
+			sh, dt := shp[i%len(shp)], dts[i%len(dts)]
 			x, w, dy := synthInputs(*seed, i, sh)
 			in := fmt.Sprintf("%s/%s/%06d.in.safetensors", base, *run, i)
 			_, err := router.Write(gctx, in, []storage.OutTensor{
-				{Name: "x", DType: "F32", Shape: sh.dims, Data: f32bytes(x)},
-				{Name: "w", DType: "F32", Shape: []int{sh.dim}, Data: f32bytes(w)},
-				{Name: "dy", DType: "F32", Shape: sh.dims, Data: f32bytes(dy)},
+				{Name: "x", DType: string(dt.x), Shape: sh.dims, Data: encode(dt.x, x)},
+				{Name: "w", DType: string(dt.w), Shape: []int{sh.dim}, Data: encode(dt.w, w)},
+				{Name: "dy", DType: string(dt.dy), Shape: sh.dims, Data: encode(dt.dy, dy)},
 			}, map[string]string{"rmsgrad.synth.seed": strconv.FormatUint(*seed, 10)})
 			if err != nil {
 				return fmt.Errorf("job %d: upload inputs: %w", i, err)
 			}
 			j := jobs.Job{V: jobs.Version, X: in + "#x", W: in + "#w", DY: in + "#dy",
-				Out: fmt.Sprintf("%s/%s/%06d.out.safetensors", base, *run, i), Eps: *eps}
+				Out: fmt.Sprintf("%s/%s/%06d.out.safetensors", base, *run, i), Eps: *eps, GradDType: string(grad)}
 			id, err := client.Enqueue(gctx, j, asynq.TaskID(fmt.Sprintf("synth-%s-%06d", *run, i)))
 			if err != nil {
 				return fmt.Errorf("job %d: %w", i, err)
@@ -175,7 +187,7 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			continue
 		}
 		g.Go(func() error {
-			err := verify(gctx, router, *seed, i, shp[i%len(shp)], *eps, outs[i].Result)
+			err := verify(gctx, router, *seed, i, shp[i%len(shp)], dts[i%len(dts)], grad, *eps, outs[i].Result)
 			if err != nil {
 				mu.Lock()
 				mismatches++
@@ -212,26 +224,44 @@ func synthInputs(seed uint64, i int, sh shape) (x, w, dy []float32) {
 	return x, w, dy
 }
 
-func f32bytes(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, f := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-	}
+// encode returns v as little-endian elements of dt (rounded to nearest
+// even for the half dtypes).
+func encode(dt compute.DType, v []float32) []byte {
+	b := make([]byte, dt.Size()*len(v))
+	dt.Encode(b, v)
 	return b
 }
 
+// round returns v rounded to dt: the values a job of that dtype holds.
+func round(dt compute.DType, v []float32) []float32 {
+	out := make([]float32, len(v))
+	for i, f := range v {
+		out[i] = dt.Round(f)
+	}
+	return out
+}
+
 // verify reads job i's outputs back and compares them with the float64
-// oracle at the conformance suite's tolerance.
-func verify(ctx context.Context, r *storage.Router, seed uint64, i int, sh shape, eps float64, res *jobs.Result) error {
+// oracle on the inputs as stored (rounded to their dtypes), at the
+// conformance suite's tolerance for each output's dtype; dx must be in x's
+// dtype and dw in w's unless grad names one dtype for both.
+func verify(ctx context.Context, r *storage.Router, seed uint64, i int, sh shape, dt inputDTypes, grad compute.DType, eps float64, res *jobs.Result) error {
 	if res == nil {
 		return errors.New("no result")
 	}
 	x, w, dy := synthInputs(seed, i, sh)
+	x, w, dy = round(dt.x, x), round(dt.w, w), round(dt.dy, dy)
 	_, wantDX, wantDW := computetest.Oracle(x, w, dy, sh.rows, sh.dim, eps)
+	dxT, dwT := dt.x, dt.w
+	if grad != "" {
+		dxT, dwT = grad, grad
+	}
 	for _, o := range []struct {
-		name string
-		want []float64
-	}{{"dx", wantDX}, {"dw", wantDW}} {
+		name  string
+		dt    compute.DType
+		want  []float64
+		scale float64
+	}{{"dx", dxT, wantDX, computetest.DXScale(x, w, dy, wantDX, sh.rows, sh.dim, eps)}, {"dw", dwT, wantDW, maxAbs(wantDW)}} {
 		info, err := r.Head(ctx, res.Out+"#"+o.name)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", o.name, err)
@@ -240,24 +270,28 @@ func verify(ctx context.Context, r *storage.Router, seed uint64, i int, sh shape
 			o.name == "dw" && !slices.Equal(info.Shape, wantShape) {
 			return fmt.Errorf("%s: shape %v (x is %v)", o.name, info.Shape, sh.dims)
 		}
+		if info.DType != string(o.dt) || res.DTypes[o.name] != string(o.dt) {
+			return fmt.Errorf("%s: dtype %s in the object, %q in the result; want %s (inputs %s, grad dtype %q)", o.name, info.DType, res.DTypes[o.name], o.dt, dt, grad)
+		}
 		buf := make([]byte, info.Size)
 		if err := r.Fetch(ctx, info, buf); err != nil {
 			return fmt.Errorf("read %s: %w", o.name, err)
 		}
-		got := make([]float32, len(buf)/4)
-		for k := range got {
-			got[k] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*k:]))
-		}
-		if o.name == "dx" {
-			err = computetest.CompareDX(got, o.want, x, w, dy, sh.rows, sh.dim, eps)
-		} else {
-			err = computetest.Compare(o.name, got, o.want, sh.rows, sh.dim)
-		}
-		if err != nil {
+		got := make([]float32, len(buf)/o.dt.Size())
+		o.dt.Decode(got, buf)
+		if err := computetest.CompareRounded(o.name, o.dt, got, o.want, o.scale, max(sh.rows, sh.dim)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func maxAbs(v []float64) float64 {
+	m := 0.0
+	for _, f := range v {
+		m = math.Max(m, math.Abs(f))
+	}
+	return m
 }
 
 // synthReport is synth's --json output.

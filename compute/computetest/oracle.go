@@ -3,6 +3,9 @@ package computetest
 import (
 	"fmt"
 	"math"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/half"
 )
 
 // SplitMix64 is a tiny deterministic generator (Steele, Lea, Flood 2014):
@@ -109,8 +112,20 @@ func Compare(name string, got []float32, want []float64, rows, dim int) error {
 // (compute.DXDim1), so there dx is held to the plain normwise bound,
 // Tolerance * max|dx|, like every other output.
 func CompareDX(got []float32, want []float64, x, w, dy []float32, rows, dim int, eps float64) error {
+	return CompareScale("dx", got, want, DXScale(x, w, dy, want, rows, dim, eps), max(rows, dim))
+}
+
+// DXScale is the scale CompareDX uses: the largest of dx's two terms,
+// max|r*dy*w| and max|r*x*c|, over the whole tensor; at dim 1, where the
+// backends compute dx without a difference, max|dx| (want, the oracle's
+// dx).
+func DXScale(x, w, dy []float32, want []float64, rows, dim int, eps float64) float64 {
 	if dim == 1 {
-		return Compare("dx", got, want, rows, dim)
+		scale := 0.0
+		for _, v := range want {
+			scale = math.Max(scale, math.Abs(v))
+		}
+		return scale
 	}
 	r, _, _ := Oracle(x, w, dy, rows, dim, eps)
 	scale := 0.0
@@ -126,7 +141,67 @@ func CompareDX(got []float32, want []float64, x, w, dy []float32, rows, dim int,
 			scale = math.Max(scale, math.Max(t1, t2))
 		}
 	}
-	return CompareScale("dx", got, want, scale, max(rows, dim))
+	return scale
+}
+
+func maxAbs(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, math.Abs(x))
+	}
+	return m
+}
+
+// CompareRounded checks an output of dtype dt against the oracle's want:
+// for F32 it is CompareScale; for a half dtype every element must satisfy
+//
+//	|got - round(want)| <= ULP(max(|got|, |round(want)|)) + Tolerance(k)*scale
+//
+// with round and ULP those of dt (compute/half: Format.Round, Format.ULP).
+//
+// Why this bound: the backend computes the output in float32 (v32, within
+// e32 = Tolerance(k)*scale of the exact v, as Compare argues), then rounds
+// it once: |got - v32| <= ULP(got)/2. The oracle's value rounded to dt is
+// within ULP(round(want))/2 of v. So |got - round(want)| <= e32 plus the
+// two half-ULPs, at most the larger ULP plus e32. Away from cancellation
+// e32 is far below one ULP of the half dtype (2^-8 relative for BF16,
+// 2^-11 for F16, against e32 ~ 1e-5 of the scale), so got is round(want)
+// or one of its two neighbours: one rounding of the output dtype. Where
+// the result cancels (an output far below the scale of its terms, e.g. dx
+// at dim 1) the float32 error e32 dominates, as it does for F32 outputs.
+// A wrong formula, a dropped term, a dtype read as another or a
+// half-precision accumulation moves results by many ULPs and fails; a
+// wrong rounding of an otherwise right float32 result is caught exactly
+// by CheckRoundedOnce instead.
+func CompareRounded(name string, dt compute.DType, got []float32, want []float64, scale float64, k int) error {
+	var f half.Format
+	switch dt {
+	case compute.F32, "":
+		return CompareScale(name, got, want, scale, k)
+	case compute.BF16:
+		f = half.BF16
+	case compute.F16:
+		f = half.F16
+	default:
+		return fmt.Errorf("%s: dtype %s is not computed", name, dt)
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("%s: length %d, want %d", name, len(got), len(want))
+	}
+	e32 := Tolerance(k) * scale
+	for i, g := range got {
+		w := f.Round(want[i])
+		if float64(g) == w {
+			continue
+		}
+		d := math.Abs(float64(g) - w)
+		tol := math.Max(f.ULP(float64(g)), f.ULP(w)) + e32
+		if !(d <= tol) { // also catches NaN and a lone Inf
+			return fmt.Errorf("%s (%s)[%d] = %g, want %g rounded to %s = %g (|diff| %.3g > tol %.3g = one ULP + %.3g * scale %.3g)",
+				name, dt, i, g, want[i], dt, w, d, tol, Tolerance(k), scale)
+		}
+	}
+	return nil
 }
 
 // CompareScale checks |got-want| <= Tolerance(k)*scale element-wise.

@@ -25,6 +25,9 @@ const LargeElements = 1 << 20
 // Run is the conformance suite: it runs every case as a subtest on a
 // backend from open (called once per subtest; the backend is closed by
 // the subtest's cleanup). opts is optional; its first element is used.
+// DTypeMixes and DTypeBatching cover the half dtypes; they skip, naming
+// the backend, only when its Alloc of BF16 returns an error wrapping
+// compute.ErrUnsupported.
 func Run(t *testing.T, open func(t *testing.T) compute.Backend, opts ...Options) {
 	var o Options
 	if len(opts) > 0 {
@@ -50,6 +53,8 @@ func Run(t *testing.T, open func(t *testing.T) compute.Backend, opts ...Options)
 	t.Run("Validation", func(t *testing.T) { RunValidation(t, s.open) })
 	t.Run("Batching", s.batching)
 	t.Run("Determinism", s.determinism)
+	t.Run("DTypeMixes", s.dtypeMixes)
+	t.Run("DTypeBatching", s.dtypeBatching)
 }
 
 type suite struct {

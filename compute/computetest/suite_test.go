@@ -119,3 +119,110 @@ func TestUniformDeterministic(t *testing.T) {
 		t.Fatalf("SplitMix64(0) first value %#x", got)
 	}
 }
+
+// brokenInput runs a correct backend after rewriting the inputs the way a
+// kernel that misreads a dtype would see them.
+type brokenInput struct {
+	compute.Backend
+	before func(ops []compute.Op)
+}
+
+func (b brokenInput) Execute(ctx context.Context, ops []compute.Op) (time.Duration, error) {
+	b.before(ops)
+	return b.Backend.Execute(ctx, ops)
+}
+
+// TestChecksCatchHalfBugs: with half dtypes, Job.Check catches a wrong
+// reading of an input's dtype, and CheckRoundedOnce catches an output one
+// ULP off or rounded another way, which Check's one-ULP bound lets through.
+func TestChecksCatchHalfBugs(t *testing.T) {
+	m := computetest.Mix{X: compute.BF16, W: compute.BF16, DY: compute.BF16, DX: compute.BF16, DW: compute.BF16}
+	j := computetest.NewJob(3, 16, 300).WithMix(m)
+	f := j
+	f.Mix.DX, f.Mix.DW = compute.F32, compute.F32
+	ctx := context.Background()
+	ref, err := computetest.RunJob(ctx, cpu.New(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := computetest.RunJob(ctx, cpu.New(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Check(good); err != nil {
+		t.Fatal(err)
+	}
+	if err := computetest.CheckRoundedOnce(ref, good, m); err != nil {
+		t.Fatal(err)
+	}
+
+	// x's BF16 bytes read as F16.
+	misread := brokenInput{cpu.New(), func(ops []compute.Op) {
+		for _, op := range ops {
+			if op.Kind == compute.OpRMSInv {
+				v := make([]float32, op.X.Len())
+				compute.F16.Decode(v, op.X.Bytes())
+				for i := range v {
+					if v[i] != v[i] || v[i] > 1e4 || v[i] < -1e4 {
+						v[i] = 0
+					}
+				}
+				compute.BF16.Encode(op.X.Bytes(), v)
+			}
+		}
+	}}
+	o, err := computetest.RunJob(ctx, misread, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Check(o); err == nil {
+		t.Fatal("x read as F16: not detected")
+	}
+
+	for _, c := range []struct {
+		name    string
+		corrupt func(h []byte)
+	}{
+		{"one dx element one ULP off", func(h []byte) { h[2*77]++ }},
+		{"every dx element truncated", func(h []byte) {
+			// Recompute each element from the F32 result by dropping the
+			// low bits: the rounding toward zero a sloppy kernel makes.
+			for i, v := range ref.DX {
+				b := math.Float32bits(v) >> 16
+				h[2*i], h[2*i+1] = byte(b), byte(b>>8)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := broken{cpu.New(), func(ops []compute.Op) {
+				for _, op := range ops {
+					if op.Kind == compute.OpDX {
+						c.corrupt(op.DX.Bytes())
+					}
+				}
+			}}
+			o, err := computetest.RunJob(ctx, b, j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := computetest.CheckRoundedOnce(ref, o, m); err == nil {
+				t.Fatal("corruption not detected by CheckRoundedOnce")
+			}
+		})
+	}
+}
+
+// TestCompareRoundedBound: the half comparison accepts the neighbours of
+// the rounded value and nothing further, away from cancellation.
+func TestCompareRoundedBound(t *testing.T) {
+	want := []float64{1.5 + 1.0/512} // between two BF16 values (1.5 and 1.5+1/128), nearer 1.5
+	for _, c := range []struct {
+		got float32
+		ok  bool
+	}{{1.5, true}, {1.5 + 1.0/128, true}, {1.5 - 1.0/128, true}, {1.5 + 2.0/128, false}, {1.5 - 2.0/128, false}} {
+		err := computetest.CompareRounded("v", compute.BF16, []float32{c.got}, want, 1e-3, 8)
+		if (err == nil) != c.ok {
+			t.Errorf("got %v: %v, want ok=%v", c.got, err, c.ok)
+		}
+	}
+}

@@ -125,12 +125,28 @@ func RunValidation(t *testing.T, open func(t *testing.T) compute.Backend) {
 						errorIs(t, kn.call(cb, s, kn.params(rows, dim), rows, dim), kn.k, bc.arg+" element count")
 					})
 				}
+				// A dtype no kernel computes, on a buffer that is otherwise
+				// right: the backend's buffer seen through a wrapper.
+				t.Run("DType_"+bc.arg+"_F64", func(t *testing.T) {
+					s := good(t)
+					cb := prepare(t, kn.k, s)
+					bc.set(t, &s, compute.F32, 0)
+					p := map[string]*compute.Buffer{"x": &s.x, "w": &s.w, "dy": &s.dy, "r": &s.r, "dx": &s.dx, "dw": &s.dw}[bc.arg]
+					*p = otherDType{*p, "F64"}
+					errorIs(t, kn.call(cb, s, kn.params(rows, dim), rows, dim), kn.k, bc.arg+" dtype")
+				})
+				// Half dtypes: r must be F32; every other tensor may be half.
 				for _, dt := range []compute.DType{compute.F16, compute.BF16} {
 					t.Run("DType_"+bc.arg+"_"+string(dt), func(t *testing.T) {
 						s := good(t)
 						cb := prepare(t, kn.k, s)
 						bc.set(t, &s, dt, 0)
-						errorIs(t, kn.call(cb, s, kn.params(rows, dim), rows, dim), kn.k, bc.arg+" dtype")
+						err := kn.call(cb, s, kn.params(rows, dim), rows, dim)
+						if bc.arg == "r" {
+							errorIs(t, err, kn.k, "r dtype")
+						} else if err != nil {
+							t.Fatalf("%s of %s rejected: %v", bc.arg, dt, err)
+						}
 					})
 				}
 				t.Run("Nil_"+bc.arg, func(t *testing.T) {
@@ -277,3 +293,11 @@ func RunValidation(t *testing.T, open func(t *testing.T) compute.Backend) {
 		}
 	})
 }
+
+// otherDType is a buffer that reports another dtype than it holds.
+type otherDType struct {
+	compute.Buffer
+	dt compute.DType
+}
+
+func (o otherDType) DType() compute.DType { return o.dt }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/computetest"
 )
 
 // TestAdopt: a buffer adopted over host bytes computes exactly what
@@ -102,11 +103,71 @@ func TestAdopt(t *testing.T) {
 	}{
 		{"wrong size", compute.F32, xb[:4*dim-4], []int{dim}},
 		{"unaligned", compute.F32, xb[1 : 1+4*dim], []int{dim}},
-		{"not F32", compute.DType("F16"), xb[:2*dim], []int{dim}},
+		{"not computed", compute.DType("F64"), xb[:8*dim], []int{dim}},
+		{"half unaligned", compute.BF16, xb[1 : 1+2*dim], []int{dim}},
+		{"half wrong size", compute.F16, xb[:4*dim], []int{dim}},
 		{"empty", compute.F32, nil, []int{0}},
 	} {
 		if _, ok := be.Adopt(c.dt, c.shape, c.b, func() { t.Fatalf("%s: release called", c.name) }); ok {
 			t.Fatalf("Adopt accepted %s", c.name)
 		}
+	}
+}
+
+// TestAdoptHalf: BF16 and F16 host bytes adopted as buffers compute what
+// allocated copies compute, and Release hands them back.
+func TestAdoptHalf(t *testing.T) {
+	be := New()
+	defer be.Close()
+	j := computetest.NewJob(7, 5, 257).WithMix(computetest.Mix{X: compute.BF16, W: compute.F16, DY: compute.BF16, DX: compute.BF16, DW: compute.F16})
+	ref, err := computetest.RunJob(context.Background(), be, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(dt compute.DType, v []float32) []byte {
+		b := make([]byte, 2*len(v))
+		dt.Encode(b, v)
+		return b
+	}
+	released := 0
+	adopt := func(dt compute.DType, v []float32, shape ...int) compute.Buffer {
+		buf, ok := be.Adopt(dt, shape, enc(dt, v), func() { released++ })
+		if !ok {
+			t.Fatalf("Adopt(%s) refused", dt)
+		}
+		return buf
+	}
+	x, w, dy := adopt(compute.BF16, j.X, j.Rows, j.Dim), adopt(compute.F16, j.W, j.Dim), adopt(compute.BF16, j.DY, j.Rows, j.Dim)
+	alloc := func(dt compute.DType, shape ...int) compute.Buffer {
+		b, err := be.Alloc(dt, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	r, dx, dw := alloc(compute.F32, j.Rows), alloc(compute.BF16, j.Rows, j.Dim), alloc(compute.F16, j.Dim)
+	cb := compute.NewCommandBuffer(be)
+	for _, err := range []error{
+		cb.RMSInv(x, r, compute.RMSInvParams(j.Eps, j.Dim), j.Rows, j.Dim),
+		func() error { cb.Barrier(); return nil }(),
+		cb.DX(x, w, dy, r, dx, compute.DXParams(j.Dim, j.Eps), j.Rows, j.Dim),
+		cb.DW(x, dy, r, dw, compute.DWParams(j.Dim, j.Rows), j.Rows, j.Dim),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cb.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := computetest.Output{R: computetest.Read(r), DX: computetest.Read(dx), DW: computetest.Read(dw)}
+	if d := computetest.BitsEqual(got, ref); d != "" {
+		t.Fatalf("adopted half inputs: %s", d)
+	}
+	for _, b := range []compute.Buffer{x, w, dy, r, dx, dw} {
+		b.Release()
+	}
+	if released != 3 {
+		t.Fatalf("%d release calls, want 3", released)
 	}
 }

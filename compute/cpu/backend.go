@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
@@ -36,6 +37,7 @@ type Backend struct {
 	pr      *prims
 	noFuse  bool // tests: run every op on its own, to compare bits
 	pool    pool
+	scratch sync.Pool // *scratch of the task runners
 }
 
 var (
@@ -59,8 +61,8 @@ func Open() (compute.Backend, error) { return New(), nil }
 // Name returns "cpu".
 func (b *Backend) Name() string { return Name }
 
-// DeviceName says how many threads and which vector unit run the kernels,
-// e.g. "cpu (2 threads, avx2)".
+// DeviceName says how many threads and which vector unit and conversion
+// instructions run the kernels, e.g. "cpu (2 threads, avx2+f16c+avx512bf16)".
 func (b *Backend) DeviceName() string {
 	return fmt.Sprintf("cpu (%d threads, %s)", b.nthreads(), b.pr.name)
 }

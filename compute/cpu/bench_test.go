@@ -22,22 +22,41 @@ type benchJob struct {
 }
 
 func newBenchJob(b testing.TB, be compute.Backend, seed uint64, rows, dim int) *benchJob {
-	j := computetest.NewJob(seed, rows, dim)
+	return newBenchJobMix(b, be, seed, rows, dim, computetest.Mix{})
+}
+
+// newBenchJobMix is newBenchJob with the tensors of mix m.
+func newBenchJobMix(b testing.TB, be compute.Backend, seed uint64, rows, dim int, m computetest.Mix) *benchJob {
+	m = m.Norm()
+	j := computetest.NewJob(seed, rows, dim).WithMix(m)
 	bj := &benchJob{rows: rows, dim: dim}
 	for _, p := range []struct {
 		dst   *compute.Buffer
+		dt    compute.DType
 		src   []float32
 		shape []int
-	}{{&bj.x, j.X, []int{rows, dim}}, {&bj.w, j.W, []int{dim}}, {&bj.dy, j.DY, []int{rows, dim}},
-		{&bj.r, nil, []int{rows}}, {&bj.dx, nil, []int{rows, dim}}, {&bj.dw, nil, []int{dim}}} {
-		buf, err := be.Alloc(compute.F32, p.shape...)
+	}{{&bj.x, m.X, j.X, []int{rows, dim}}, {&bj.w, m.W, j.W, []int{dim}}, {&bj.dy, m.DY, j.DY, []int{rows, dim}},
+		{&bj.r, compute.F32, nil, []int{rows}}, {&bj.dx, m.DX, nil, []int{rows, dim}}, {&bj.dw, m.DW, nil, []int{dim}}} {
+		buf, err := be.Alloc(p.dt, p.shape...)
 		if err != nil {
 			b.Fatal(err)
 		}
-		copy(buf.Float32s(), p.src)
+		if p.src != nil {
+			p.dt.Encode(buf.Bytes(), p.src)
+		}
 		*p.dst = buf
 	}
 	return bj
+}
+
+// bf16 is the all-BF16 mix (outputs like the inputs).
+var bf16 = computetest.Mix{X: compute.BF16, W: compute.BF16, DY: compute.BF16, DX: compute.BF16, DW: compute.BF16}
+
+// trafficBytes is a job's minimal traffic per element: read x and dy,
+// write dx (12 bytes in F32, 6 in BF16).
+func trafficBytes(m computetest.Mix) int {
+	m = m.Norm()
+	return m.X.Size() + m.DY.Size() + m.DX.Size()
 }
 
 // recordAll records every job the way a worker batch does: every RMSInv,
@@ -66,18 +85,21 @@ func commit(b *testing.B, cb *compute.CommandBuffer) {
 }
 
 // BenchmarkBackward is the whole backward (RMSInv, barrier, DX, DW) of one
-// job. SetBytes counts the minimal traffic, 12 bytes per element (read x
-// and dy, write dx), so MB/s compares with BenchmarkCopy directly.
+// job, all F32 or (the -bf16 variants) all BF16. SetBytes counts the
+// minimal traffic, 12 bytes per element in F32 and 6 in BF16 (read x and
+// dy, write dx), so MB/s compares with BenchmarkCopy directly.
 func BenchmarkBackward(b *testing.B) {
 	for _, variant := range []struct {
 		name string
 		be   *Backend
-	}{{"best", New()}, {"scalar", New(Scalar())}} {
+		mix  computetest.Mix
+	}{{"best", New(), computetest.Mix{}}, {"scalar", New(Scalar()), computetest.Mix{}},
+		{"best-bf16", New(), bf16}, {"scalar-bf16", New(Scalar()), bf16}} {
 		for _, s := range benchShapes {
 			b.Run(fmt.Sprintf("%s/%dx%d", variant.name, s[0], s[1]), func(b *testing.B) {
-				j := newBenchJob(b, variant.be, 1, s[0], s[1])
+				j := newBenchJobMix(b, variant.be, 1, s[0], s[1], variant.mix)
 				cb := compute.NewCommandBuffer(variant.be)
-				b.SetBytes(int64(12 * s[0] * s[1]))
+				b.SetBytes(int64(trafficBytes(variant.mix) * s[0] * s[1]))
 				b.ResetTimer()
 				for range b.N {
 					cb.Reset()
@@ -170,36 +192,43 @@ func BenchmarkBatch256(b *testing.B) {
 	})
 }
 
-// BenchmarkRatio alternates one backward and one copy() of the same
-// 12*rows*dim bytes in every iteration and reports their throughput ratio
-// (ours/copy, 1 = copy's rate). Interleaving makes the ratio robust to the
-// load of a shared machine, which shifts separate benchmarks by 2x.
+// BenchmarkRatio alternates one backward and one copy() of the same bytes
+// (the job's minimal traffic: 12*rows*dim in F32, 6*rows*dim in BF16) in
+// every iteration and reports their throughput ratio (ours/copy, 1 =
+// copy's rate). Interleaving makes the ratio robust to the load of a
+// shared machine, which shifts separate benchmarks by 2x. The bf16 rows
+// run every tensor in BF16.
 func BenchmarkRatio(b *testing.B) {
 	be := New()
-	for _, s := range benchShapes {
-		b.Run(fmt.Sprintf("%dx%d", s[0], s[1]), func(b *testing.B) {
-			j := newBenchJob(b, be, 1, s[0], s[1])
-			cb := compute.NewCommandBuffer(be)
-			n := 12 * s[0] * s[1]
-			src, dst := make([]byte, n), make([]byte, n)
-			for i := range src {
-				src[i] = byte(i)
-			}
-			copy(dst, src)
-			var ours, cp time.Duration
-			b.SetBytes(int64(n))
-			b.ResetTimer()
-			for range b.N {
-				t0 := time.Now()
-				cb.Reset()
-				recordAll(b, cb, []*benchJob{j})
-				commit(b, cb)
-				t1 := time.Now()
+	for _, dt := range []struct {
+		name string
+		mix  computetest.Mix
+	}{{"f32", computetest.Mix{}}, {"bf16", bf16}} {
+		for _, s := range benchShapes {
+			b.Run(fmt.Sprintf("%s/%dx%d", dt.name, s[0], s[1]), func(b *testing.B) {
+				j := newBenchJobMix(b, be, 1, s[0], s[1], dt.mix)
+				cb := compute.NewCommandBuffer(be)
+				n := trafficBytes(dt.mix) * s[0] * s[1]
+				src, dst := make([]byte, n), make([]byte, n)
+				for i := range src {
+					src[i] = byte(i)
+				}
 				copy(dst, src)
-				cp += time.Since(t1)
-				ours += t1.Sub(t0)
-			}
-			b.ReportMetric(float64(cp)/float64(ours), "ours/copy")
-		})
+				var ours, cp time.Duration
+				b.SetBytes(int64(n))
+				b.ResetTimer()
+				for range b.N {
+					t0 := time.Now()
+					cb.Reset()
+					recordAll(b, cb, []*benchJob{j})
+					commit(b, cb)
+					t1 := time.Now()
+					copy(dst, src)
+					cp += time.Since(t1)
+					ours += t1.Sub(t0)
+				}
+				b.ReportMetric(float64(cp)/float64(ours), "ours/copy")
+			})
+		}
 	}
 }

@@ -15,7 +15,7 @@ type buffer struct {
 	dtype    compute.DType
 	shape    []int
 	n        int
-	words    []float32 // backing store, len = size class, 4-byte aligned
+	words    []float32 // backing store, len = size class, 4-byte aligned (nil when adopted and not F32)
 	bytes    []byte
 	released bool
 	// adopted is set for a buffer over memory the backend did not allocate
@@ -33,6 +33,14 @@ func (b *buffer) Float32s() []float32 {
 		return nil
 	}
 	return b.words[:b.n:b.n]
+}
+
+// halfs is the host view of a BF16 or F16 buffer as its elements' bits.
+func (b *buffer) halfs() []uint16 {
+	if b.n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b.bytes[0])), b.n)
 }
 
 // Release returns the backing store to the pool; a second Release is a
@@ -121,17 +129,21 @@ func newBuffer(be *Backend, dtype compute.DType, shape []int, n int) *buffer {
 	return b
 }
 
-// Adopt implements compute.HostAdopter: the buffer is b itself, viewed as
-// float32s, for the F32 tensors the worker reads (small inputs arrive
-// inside the storage layer's header read). b must be 4-byte aligned and
-// hold exactly the shape's bytes; the kernels only read inputs, so the
-// memory is never written.
+// Adopt implements compute.HostAdopter: the buffer is b itself, for the
+// tensors the worker reads (small inputs arrive inside the storage layer's
+// header read), of any dtype of compute.DTypes. b must hold exactly the
+// shape's bytes and be aligned to the element size; the kernels only read
+// inputs, so the memory is never written.
 func (be *Backend) Adopt(dtype compute.DType, shape []int, b []byte, release func()) (compute.Buffer, bool) {
 	n := compute.NumElements(shape)
-	if dtype != compute.F32 || release == nil || n <= 0 || n > compute.MaxElements || len(b) != 4*n ||
-		uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
+	size := dtype.Size()
+	if size == 0 || release == nil || n <= 0 || n > compute.MaxElements || len(b) != size*n ||
+		uintptr(unsafe.Pointer(&b[0]))%uintptr(size) != 0 {
 		return nil, false
 	}
-	return &buffer{be: be, dtype: dtype, shape: slices.Clone(shape), n: n,
-		words: unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n), bytes: b, adopted: release}, true
+	buf := &buffer{be: be, dtype: dtype, shape: slices.Clone(shape), n: n, bytes: b, adopted: release}
+	if dtype == compute.F32 {
+		buf.words = unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	}
+	return buf, true
 }

@@ -20,18 +20,45 @@ func rowBlock(dim int) int {
 // reduceChunk is the number of features one dw-reduction task sums.
 const reduceChunk = 4096
 
+// tensor is one buffer's host memory as the kernels see it: f for F32, h
+// (the elements' bits) for BF16 and F16. The zero tensor is "absent".
+type tensor struct {
+	dt compute.DType
+	f  []float32
+	h  []uint16
+}
+
+func (t *tensor) ok() bool { return t.dt != "" }
+
+// row returns row b (of d elements) of an input tensor as float32s: the
+// tensor's own memory for F32, else widened exactly into buf.
+func (t *tensor) row(pr *prims, b, d int, buf []float32) []float32 {
+	if t.dt == compute.F32 {
+		return t.f[b*d : (b+1)*d]
+	}
+	buf = buf[:d]
+	pr.widen(t.dt, buf, t.h[b*d:(b+1)*d])
+	return buf
+}
+
 // unit is the work of one job's kernels in one phase: an RMSInv alone, a DX
 // and/or DW reading r, or an RMSInv fused with the DX and/or DW after it.
+// Inputs and outputs may be of any dtype; rows of half inputs are widened
+// into float32 scratch as they are read, rows of half dx are computed in
+// float32 scratch and rounded as they are stored, and dw is always summed
+// in float32 partials and rounded by the reduction.
 type unit struct {
-	x, w, dy  []float32
+	x, dy     tensor
+	wIn       tensor    // w as given
+	w         []float32 // w as float32: wIn's memory, or widened once per Execute
 	rIn       []float32 // r to read (unfused DX/DW)
 	rOut      []float32 // r to write (RMSInv, alone or fused)
-	dx, dw    []float32 // outputs; nil when not computed
+	dx, dw    tensor    // outputs; absent when not computed
 	rows, dim int
 	eps       float32
 	rb, nblk  int
-	part      []float32 // nblk*dim dw partials when nblk > 1
-	nt        bool      // stream dx past the caches (see ntBytes)
+	part      []float32 // nblk*dim float32 dw partials when nblk > 1 or dw is half
+	nt        bool      // stream an F32 dx past the caches (see ntBytes)
 }
 
 // ntBytes is the dx size from which stores bypass the cache: beyond a
@@ -42,7 +69,7 @@ const ntBytes = 4 << 20
 type plan struct {
 	be     *Backend
 	phases [][]*unit
-	parts  [][]float32 // pooled partial stores to release
+	parts  [][]float32 // pooled stores (dw partials, widened w) to release
 }
 
 func (p *plan) release() {
@@ -52,16 +79,19 @@ func (p *plan) release() {
 	p.parts = nil
 }
 
-// f32 returns the host view of a buffer of this backend.
-func (b *Backend) f32(buf compute.Buffer) ([]float32, error) {
+// view returns the host memory of a buffer of this backend.
+func (b *Backend) view(buf compute.Buffer) (tensor, error) {
 	if buf == nil {
-		return nil, nil
+		return tensor{}, nil
 	}
 	cb, ok := buf.(*buffer)
 	if !ok || cb.be != b || cb.released {
-		return nil, fmt.Errorf("cpu: buffer %T is not a live buffer of this backend: %w", buf, compute.ErrInvalidArgument)
+		return tensor{}, fmt.Errorf("cpu: buffer %T is not a live buffer of this backend: %w", buf, compute.ErrInvalidArgument)
 	}
-	return cb.Float32s(), nil
+	if cb.dtype == compute.F32 {
+		return tensor{dt: cb.dtype, f: cb.Float32s()}, nil
+	}
+	return tensor{dt: cb.dtype, h: cb.halfs()}, nil
 }
 
 // plan splits ops into phases and fuses each RMSInv with the next phase's
@@ -77,21 +107,21 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 	mk := func(o *compute.Op) *unit {
 		u := &unit{rows: o.Rows, dim: o.Dim}
 		var err error
-		get := func(buf compute.Buffer) []float32 {
-			f, e := b.f32(buf)
+		get := func(buf compute.Buffer) tensor {
+			t, e := b.view(buf)
 			if e != nil && err == nil {
 				err = e
 			}
-			return f
+			return t
 		}
-		u.x, u.dy, u.w = get(o.X), get(o.DY), get(o.W)
+		u.x, u.dy, u.wIn = get(o.X), get(o.DY), get(o.W)
 		switch o.Kind {
 		case compute.OpRMSInv:
-			u.rOut, u.eps = get(o.R), o.Eps()
+			u.rOut, u.eps = get(o.R).f, o.Eps()
 		case compute.OpDX:
-			u.rIn, u.dx, u.eps = get(o.R), get(o.DX), o.Eps()
+			u.rIn, u.dx, u.eps = get(o.R).f, get(o.DX), o.Eps()
 		case compute.OpDW:
-			u.rIn, u.dw = get(o.R), get(o.DW)
+			u.rIn, u.dw = get(o.R).f, get(o.DW)
 		default:
 			err = fmt.Errorf("cpu: op kind %d: %w", o.Kind, compute.ErrInvalidArgument)
 		}
@@ -113,7 +143,7 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 					// The fused unit runs in phase k+1, where r is first read.
 					if dxi >= 0 {
 						d := mk(&phases[k+1][dxi])
-						u.w, u.dy, u.dx = d.w, d.dy, d.dx
+						u.wIn, u.dy, u.dx = d.wIn, d.dy, d.dx
 						consumed[k+1][dxi] = true
 					}
 					if dwi >= 0 {
@@ -135,8 +165,18 @@ func (b *Backend) plan(ops []compute.Op) (*plan, error) {
 		for _, u := range ph {
 			u.rb = rowBlock(u.dim)
 			u.nblk = (u.rows + u.rb - 1) / u.rb
-			u.nt = u.dx != nil && 4*len(u.dx) >= ntBytes
-			if u.dw != nil && u.nblk > 1 {
+			u.nt = u.dx.dt == compute.F32 && 4*len(u.dx.f) >= ntBytes
+			switch {
+			case !u.wIn.ok():
+			case u.wIn.dt == compute.F32:
+				u.w = u.wIn.f
+			default:
+				w := b.pool.get(u.dim)
+				p.parts = append(p.parts, w)
+				u.w = w[:u.dim]
+				b.pr.widen(u.wIn.dt, u.w, u.wIn.h)
+			}
+			if u.dw.ok() && (u.nblk > 1 || u.dw.dt != compute.F32) {
 				n := u.nblk * u.dim
 				w := b.pool.get(n)
 				p.parts = append(p.parts, w)
@@ -181,6 +221,15 @@ func (p *plan) run(ctx context.Context, threads int) error {
 	return nil
 }
 
+// getScratch returns a scratch from the backend's pool (a new one when
+// the pool is empty).
+func (b *Backend) getScratch() *scratch {
+	if sc, ok := b.scratch.Get().(*scratch); ok {
+		return sc
+	}
+	return new(scratch)
+}
+
 // runTasks runs tasks on up to threads goroutines, checking ctx between
 // tasks. Which goroutine runs a task never changes what it computes.
 func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
@@ -190,7 +239,8 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 	pr := p.be.pr
 	workers := min(threads, len(tasks))
 	if workers <= 1 {
-		sc := new(scratch)
+		sc := p.be.getScratch()
+		defer p.be.scratch.Put(sc)
 		for i := range tasks {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -206,7 +256,8 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sc := new(scratch)
+			sc := p.be.getScratch()
+			defer p.be.scratch.Put(sc)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(tasks) || failed.Load() {
@@ -230,61 +281,103 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 func (t *task) do(pr *prims, sc *scratch) {
 	u := t.u
 	if t.reduce {
-		d := u.dim
-		for i := t.lo; i < t.hi; i++ {
-			v := u.part[i]
-			for blk := 1; blk < u.nblk; blk++ {
-				v += u.part[blk*d+i]
-			}
-			u.dw[i] = v
-		}
+		t.reduceDW(pr, sc)
 		return
 	}
 	d := u.dim
 	var part []float32
-	if u.dw != nil {
+	if u.dw.ok() {
 		if u.part != nil {
 			blk := t.lo / u.rb
 			part = u.part[blk*d : (blk+1)*d]
 		} else {
-			part = u.dw
+			part = u.dw.f
 		}
 		clear(part)
 	}
+	if u.x.dt != compute.F32 || u.dy.dt != compute.F32 && u.dy.ok() || u.dx.dt != compute.F32 && u.dx.ok() {
+		sc.grow(d)
+	}
 	for b := t.lo; b < t.hi; b++ {
-		x := u.x[b*d : (b+1)*d]
+		x := u.x.row(pr, b, d, sc.x)
 		var dy []float32
-		if u.dy != nil {
-			dy = u.dy[b*d : (b+1)*d]
+		if u.dy.ok() {
+			dy = u.dy.row(pr, b, d, sc.dy)
 		}
-		var r, c float32
+		// r, and s = sum dy*w*x when dx is wanted, in the same lane order
+		// fused or not, so the bits are too.
+		var r, s float32
 		switch {
-		case u.rOut != nil && u.dx != nil:
-			ss, s := pr.rowDots(x, dy, u.w, sc)
+		case u.rOut != nil && u.dx.ok():
+			var ss float32
+			ss, s = pr.rowDots(x, dy, u.w, sc)
 			r = rmsInv(ss, d, u.eps)
-			c = dxCoef(s, r, d)
 			u.rOut[b] = r
 		case u.rOut != nil:
 			r = rmsInv(pr.rowSumSq(x, sc), d, u.eps)
 			u.rOut[b] = r
 		default:
 			r = u.rIn[b]
-			if u.dx != nil {
-				_, s := pr.rowDots(x, dy, u.w, sc)
-				c = dxCoef(s, r, d)
+			if u.dx.ok() {
+				_, s = pr.rowDots(x, dy, u.w, sc)
 			}
 		}
 		switch {
-		case u.dx != nil && u.dw != nil:
-			pr.dxdw(x, dy, u.w, u.dx[b*d:(b+1)*d], part, r, c, u.nt)
-		case u.dx != nil:
-			pr.dx(x, dy, u.w, u.dx[b*d:(b+1)*d], r, c, u.nt)
-		case u.dw != nil:
+		case u.dx.ok():
+			u.dxRow(pr, sc, b, x, dy, part, r, s)
+		case u.dw.ok():
 			pr.dw(x, dy, part, r)
 		}
-		if d == 1 && u.dx != nil {
-			// The general form cancels at dim 1 (compute.DXDim1).
-			u.dx[b] = compute.DXDim1(dy[0], u.w[0], r, u.eps)
+	}
+}
+
+// dxRow writes row b of dx (and adds the row's dw terms into part when dw
+// is wanted) from the row's x, dy, r and s = sum dy*w*x. Every dx row of
+// every dim and dtype is computed here, in float32, then rounded once
+// when dx is half.
+func (u *unit) dxRow(pr *prims, sc *scratch, b int, x, dy, part []float32, r, s float32) {
+	d := u.dim
+	c := dxCoef(s, r, d)
+	var out []float32
+	if u.dx.dt == compute.F32 {
+		out = u.dx.f[b*d : (b+1)*d]
+	} else {
+		out = sc.o[:d]
+	}
+	if part != nil {
+		pr.dxdw(x, dy, u.w, out, part, r, c, u.nt)
+	} else {
+		pr.dx(x, dy, u.w, out, r, c, u.nt)
+	}
+	if d == 1 {
+		// The general form cancels at dim 1 (compute.DXDim1).
+		out[0] = compute.DXDim1(dy[0], u.w[0], r, u.eps)
+	}
+	if u.dx.dt != compute.F32 {
+		pr.narrow(u.dx.dt, u.dx.h[b*d:(b+1)*d], out)
+	}
+}
+
+// reduceDW sums features t.lo..t.hi of the dw partials in block order and
+// stores them in dw's dtype.
+func (t *task) reduceDW(pr *prims, sc *scratch) {
+	u := t.u
+	d := u.dim
+	out := u.dw.f
+	if u.dw.dt != compute.F32 {
+		sc.grow(t.hi - t.lo)
+		out = sc.o[:t.hi-t.lo]
+	} else {
+		out = out[t.lo:t.hi]
+	}
+	for i := t.lo; i < t.hi; i++ {
+		v := u.part[i]
+		for blk := 1; blk < u.nblk; blk++ {
+			v += u.part[blk*d+i]
 		}
+		out[i-t.lo] = v
+	}
+	if u.dw.dt != compute.F32 {
+		pr.narrow(u.dw.dt, u.dw.h[t.lo:t.hi], out)
 	}
 }

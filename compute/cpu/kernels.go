@@ -1,6 +1,11 @@
 package cpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/half"
+)
 
 // lanes is the number of accumulators of every row sum (four AVX2 YMM
 // registers of 8 floats). It fixes the summation order; see doc.go.
@@ -25,11 +30,18 @@ type prims struct {
 	dxdw func(x, dy, w, dx, p []float32, r, c float32, nt bool)
 	// dw does p[i] += (dy[i]*x[i]) * r.
 	dw func(x, dy, p []float32, r float32)
-	// name names the vector unit, for DeviceName.
+	// fromBF16 and fromF16 widen half bits to float32 (exact); toBF16 and
+	// toF16 round float32 to half bits, to nearest even, with exactly the
+	// bits of compute/half. Equal lengths.
+	fromBF16, fromF16 func(dst []float32, src []uint16)
+	toBF16, toF16     func(dst []uint16, src []float32)
+	// name names the vector unit and conversion instructions, for
+	// DeviceName.
 	name string
 }
 
-var goPrims = &prims{sumSqLanesGo, dotLanesGo, dxRowGo, dxdwRowGo, dwRowGo, "go"}
+var goPrims = &prims{sumSqLanesGo, dotLanesGo, dxRowGo, dxdwRowGo, dwRowGo,
+	fromBF16Go, fromF16Go, toBF16Go, toF16Go, "go"}
 
 // best is the fastest primitives this CPU runs; amd64's init replaces it.
 var best = goPrims
@@ -96,10 +108,22 @@ func reduceLanes(a *[lanes]float32) float32 {
 	return (u0 + u2) + (u1 + u3)
 }
 
-// scratch holds a row's lane accumulators. The prims are called through
+// scratch holds a row's lane accumulators and, for half dtypes, the row's
+// widened x and dy and a float32 output row. The prims are called through
 // function values, so accumulators on the stack would escape: two heap
-// allocations per row. Each task runner owns one scratch instead.
-type scratch struct{ a, b [lanes]float32 }
+// allocations per row. Each task runner owns one scratch instead, taken
+// from the backend's pool.
+type scratch struct {
+	a, b     [lanes]float32
+	x, dy, o []float32
+}
+
+// grow makes x, dy and o hold at least n float32s.
+func (sc *scratch) grow(n int) {
+	if cap(sc.x) < n {
+		sc.x, sc.dy, sc.o = make([]float32, n), make([]float32, n), make([]float32, n)
+	}
+}
 
 // rowSumSq returns sum x[i]^2 in the fixed lane order.
 func (pr *prims) rowSumSq(x []float32, sc *scratch) float32 {
@@ -141,4 +165,50 @@ func rmsInv(ss float32, dim int, eps float32) float32 {
 // dxCoef is c = s*r*r/dim, the factor of x in dx.
 func dxCoef(s, r float32, dim int) float32 {
 	return float32(float32(s*r)*r) / float32(dim)
+}
+
+func fromBF16Go(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, h := range src {
+		dst[i] = half.BF16ToFloat32(h)
+	}
+}
+
+func fromF16Go(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, h := range src {
+		dst[i] = half.F16ToFloat32(h)
+	}
+}
+
+func toBF16Go(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i, f := range src {
+		dst[i] = half.Float32ToBF16(f)
+	}
+}
+
+func toF16Go(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i, f := range src {
+		dst[i] = half.Float32ToF16(f)
+	}
+}
+
+// widen converts src, half bits of dtype dt, to float32 in dst.
+func (pr *prims) widen(dt compute.DType, dst []float32, src []uint16) {
+	if dt == compute.BF16 {
+		pr.fromBF16(dst, src)
+	} else {
+		pr.fromF16(dst, src)
+	}
+}
+
+// narrow rounds src to half bits of dtype dt in dst.
+func (pr *prims) narrow(dt compute.DType, dst []uint16, src []float32) {
+	if dt == compute.BF16 {
+		pr.toBF16(dst, src)
+	} else {
+		pr.toF16(dst, src)
+	}
 }

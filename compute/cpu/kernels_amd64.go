@@ -25,12 +25,100 @@ func dxdwAVX2(x, dy, w, dx, p *float32, n int, r, c float32, nt bool)
 //go:noescape
 func dwAVX2(x, dy, p *float32, n int, r float32)
 
-var avx2Prims = &prims{sumSqA, dotA, dxA, dxdwA, dwA, "avx2"}
+// Conversions, in half_amd64.s; n is a multiple of 16 and > 0.
+//
+//go:noescape
+func bf16ToF32AVX2(dst *float32, src *uint16, n int)
 
-func init() {
-	if cpu.X86.HasAVX2 {
-		best = avx2Prims
+//go:noescape
+func f16ToF32F16C(dst *float32, src *uint16, n int)
+
+//go:noescape
+func f32ToF16F16C(dst *uint16, src *float32, n int)
+
+//go:noescape
+func f32ToBF16AVX512(dst *uint16, src *float32, n int)
+
+//go:noescape
+func f32ToBF16AVX2(dst *uint16, src *float32, n int)
+
+func init() { best = pickPrims(cpu.X86.HasAVX2, cpu.X86.HasF16C, hasAVX512BF16()) }
+
+// hasAVX512BF16 reports what f32ToBF16AVX512 needs: AVX-512 F, BW (the
+// word mask move) and BF16, with the OS saving the ZMM state (x/sys/cpu
+// checks that before setting any AVX-512 flag).
+func hasAVX512BF16() bool {
+	return cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512BF16
+}
+
+// pickPrims returns the primitives for a CPU with the given features:
+// the AVX2 arithmetic and bf16 widening, the F16C conversions of F16 and,
+// for rounding to bf16, AVX-512 BF16's VCVTNEPS2BF16 or else AVX2 integer
+// code. Without AVX2, or a conversion's instructions, the Go code.
+func pickPrims(avx2, f16c, avx512bf16 bool) *prims {
+	if !avx2 {
+		return goPrims
 	}
+	p := &prims{sumSqA, dotA, dxA, dxdwA, dwA, fromBF16A, fromF16Go, toBF16A, toF16Go, "avx2"}
+	if f16c {
+		p.fromF16, p.toF16 = fromF16A, toF16A
+		p.name += "+f16c"
+	}
+	if avx512bf16 {
+		p.toBF16 = toBF16Z
+		p.name += "+avx512bf16"
+	}
+	return p
+}
+
+func fromBF16A(dst []float32, src []uint16) {
+	n := len(dst)
+	src = src[:n]
+	n16 := n &^ 15
+	if n16 > 0 {
+		bf16ToF32AVX2(&dst[0], &src[0], n16)
+	}
+	fromBF16Go(dst[n16:], src[n16:])
+}
+
+func fromF16A(dst []float32, src []uint16) {
+	n := len(dst)
+	src = src[:n]
+	n16 := n &^ 15
+	if n16 > 0 {
+		f16ToF32F16C(&dst[0], &src[0], n16)
+	}
+	fromF16Go(dst[n16:], src[n16:])
+}
+
+func toF16A(dst []uint16, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	n16 := n &^ 15
+	if n16 > 0 {
+		f32ToF16F16C(&dst[0], &src[0], n16)
+	}
+	toF16Go(dst[n16:], src[n16:])
+}
+
+func toBF16A(dst []uint16, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	n16 := n &^ 15
+	if n16 > 0 {
+		f32ToBF16AVX2(&dst[0], &src[0], n16)
+	}
+	toBF16Go(dst[n16:], src[n16:])
+}
+
+func toBF16Z(dst []uint16, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	n16 := n &^ 15
+	if n16 > 0 {
+		f32ToBF16AVX512(&dst[0], &src[0], n16)
+	}
+	toBF16Go(dst[n16:], src[n16:])
 }
 
 func sumSqA(x []float32, acc *[lanes]float32) {
@@ -79,4 +167,17 @@ func dwA(x, dy, p []float32, r float32) {
 		dwAVX2(&x[0], &dy[0], &p[0], n8, r)
 	}
 	dwRowGo(x[n8:], dy[n8:], p[n8:], r)
+}
+
+// extraPrims returns, for tests, the narrower primitive sets pickPrims
+// gives CPUs with fewer features than this one, that this one can run.
+func extraPrims() map[string]*prims {
+	m := map[string]*prims{}
+	if cpu.X86.HasAVX2 {
+		m["avx2"] = pickPrims(true, false, false)
+		if cpu.X86.HasF16C {
+			m["avx2+f16c"] = pickPrims(true, true, false)
+		}
+	}
+	return m
 }

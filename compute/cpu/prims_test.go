@@ -73,6 +73,11 @@ func TestFusedSameBits(t *testing.T) {
 		computetest.NewJob(2, 7, 33),
 		computetest.NewJob(3, 1, 1),
 		computetest.NewJob(4, 2048, 1024), // dx over ntBytes: streaming stores
+		// Half dtypes: widened rows, dx rounded from scratch, dw rounded
+		// by the reduction (one block and many).
+		computetest.NewJob(5, 300, 4097).WithMix(computetest.Mix{X: compute.BF16, W: compute.BF16, DY: compute.BF16, DX: compute.BF16, DW: compute.BF16}),
+		computetest.NewJob(6, 7, 33).WithMix(computetest.Mix{X: compute.F16, W: compute.F32, DY: compute.BF16, DX: compute.F32, DW: compute.F16}),
+		computetest.NewJob(7, 2048, 1024).WithMix(computetest.Mix{X: compute.BF16, W: compute.F32, DY: compute.BF16, DX: compute.F16, DW: compute.F32}),
 	}
 	ctx := context.Background()
 	ref, err := computetest.RunJobs(ctx, New(), jobs, computetest.DXThenDW)

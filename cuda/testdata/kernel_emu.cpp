@@ -22,6 +22,10 @@
 #define __launch_bounds__(...)
 struct float4 { float x,y,z,w; };
 inline float4 make_float4(float a,float b,float c,float d){return {a,b,c,d};}
+struct uint2 { unsigned x,y; };
+inline uint2 make_uint2(unsigned a,unsigned b){return {a,b};}
+inline float __uint_as_float(unsigned u){float f; std::memcpy(&f,&u,4); return f;}
+inline unsigned __float_as_uint(float f){unsigned u; std::memcpy(&u,&f,4); return u;}
 struct dim3 { unsigned x,y,z; };
 thread_local dim3 threadIdx, blockIdx; dim3 blockDim, gridDim;
 template<class T> T __ldg(const T* p){return *p;}
@@ -97,6 +101,137 @@ void run(int rows,int dim,int gmax,int mode,std::vector<float>&x,std::vector<flo
   else if(mode==1) go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, st)});
   else { go({mk(F_COMPUTE_R|F_WRITE_R, st)}); go({mk(F_DX, 0)}); go({mk(F_DW, st)}); }
 }
+// Dtype mixes: the same launches over buffers of BF16/F16/F32 elements.
+typedef std::vector<unsigned char> bytes;
+struct Types { int x, w, dy, dx, dw; };
+// ioOf is cuda/plan.go's entry.io: the dtype x, dy and dx share, or T_ANY.
+int ioOf(int flags, Types t){
+  bool dy = flags & (F_DX|F_DW), dx = flags & F_DX;
+  if((dy && t.dy != t.x) || (dx && t.dx != t.x)) return T_ANY;
+  return t.x;
+}
+int typesWord(int flags, Types t){ return t.x | t.w<<2 | t.dy<<4 | t.dx<<6 | t.dw<<8 | ioOf(flags,t)<<10; }
+size_t tsz(int dt){ return dt==T_F32 ? 4 : 2; }
+float dec(const bytes& b, size_t i, int dt){
+  if(dt==T_F32){ float f; std::memcpy(&f,&b[4*i],4); return f; }
+  unsigned h = b[2*i] | (b[2*i+1]<<8);
+  return dt==T_BF16 ? bf2f(h) : h2f(h);
+}
+bytes enc(const std::vector<float>& v, int dt){
+  bytes b(v.size()*tsz(dt));
+  for(size_t i=0;i<v.size();i++){
+    if(dt==T_F32){ std::memcpy(&b[4*i],&v[i],4); continue; }
+    unsigned short h = dt==T_BF16 ? f2bf(v[i]) : f2h(v[i]);
+    b[2*i]=h&0xff; b[2*i+1]=h>>8;
+  }
+  return b;
+}
+// roundTo rounds v to nearest even in a format of p significant bits and
+// smallest normal exponent emin (independently of the kernel's code).
+double roundTo(double v, int p, int emin){
+  if(v==0 || std::isnan(v) || std::isinf(v)) return v;
+  int e; std::frexp(v,&e); e = std::max(e-1, emin);
+  double q = std::ldexp(1.0, e-(p-1));
+  return std::nearbyint(v/q)*q; // the default rounding mode is to nearest even
+}
+double ulpOf(double v, int dt){
+  if(dt==T_F32) return 0;
+  int p = dt==T_BF16 ? 8 : 11, emin = dt==T_BF16 ? -126 : -14;
+  int e = emin; if(v!=0){ std::frexp(v,&e); e = std::max(e-1, emin); }
+  return std::ldexp(1.0, e-(p-1));
+}
+double roundOut(double v, int dt){
+  if(dt==T_F32) return (float)v;
+  return dt==T_BF16 ? roundTo(v,8,-126) : roundTo(v,11,-14);
+}
+// runT is run for dtype mixes: mode 0 fused (registers), 1 fused with
+// shared-memory slots where the host would give them (x and dy F32), 2
+// RMSInv, DX and DW apart.
+void runT(int rows,int dim,int gmax,int mode,Types ty,const bytes& x,const bytes& w,const bytes& dy,
+          std::vector<float>& r,bytes& dx,bytes& dw){
+  int rg=(rows+gmax-1)/gmax, g=(rows+rg-1)/rg;
+  std::vector<float> part((size_t)g*dim, NAN);
+  r.assign(rows,NAN); dx.assign((size_t)rows*dim*tsz(ty.dx),0xff); dw.assign((size_t)dim*tsz(ty.dw),0xff);
+  int nch=(dim+3)/4; bool wideDim = dim%4==0 && nch>512*7/2 && nch<=512*4;
+  int st = (dim%4==0 && nch<=256*8 && !wideDim && ty.x==T_F32 && ty.dy==T_F32) ? std::min(3, rg) : 0;
+  auto mk=[&](int flags, int stages){ Job J{}; J.stages=stages; J.x=x.data(); J.w=w.data(); J.dy=dy.data(); J.r=r.data(); J.dx=dx.data(); J.part=part.data(); J.dw=dw.data();
+    J.rows=rows; J.dim=dim; J.rg=rg; J.g=g; J.flags=flags; J.eps=1e-5f; J.types=typesWord(flags, ty); return J;};
+  int nred=((dim+3)/4+7)/8;
+  auto go=[&](std::vector<Job> jobs){
+    std::vector<int> bm, bmr; int s=0, rs=0;
+    for(size_t i=0;i<jobs.size();i++){ jobs[i].start=s; jobs[i].rstart=rs; for(int k=0;k<jobs[i].g;k++) bm.push_back(i); s+=jobs[i].g;
+      if(jobs[i].flags&F_DW){ for(int k=0;k<nred;k++) bmr.push_back(i); rs+=nred; } }
+    bool fusedK = jobs[0].flags==(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW) && dim%4==0 && jobs[0].stages==0 && TYPE_IO(jobs[0])!=T_ANY;
+    bool wide = wideDim && jobs[0].stages==0;
+    if(wide && fusedK) launch(s,512,[&]{ rms_norm_backward_rows512_fused_f32(jobs.data(), bm.data()); });
+    else if(wide) launch(s,512,[&]{ rms_norm_backward_rows512_f32(jobs.data(), bm.data()); });
+    else if(fusedK && nch<=1024) launch(s,256,[&]{ rms_norm_backward_rows_fused_f32(jobs.data(), bm.data()); });
+    else launch(s,256,[&]{ rms_norm_backward_rows_f32(jobs.data(), bm.data()); });
+    if(rs) launch(rs,256,[&]{ rms_norm_dw_reduce_f32(jobs.data(), bmr.data()); });
+  };
+  if(mode==0) go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, 0)});
+  else if(mode==1) go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, st)});
+  else { go({mk(F_COMPUTE_R|F_WRITE_R, st)}); go({mk(F_DX, 0)}); go({mk(F_DW, st)}); }
+}
+struct MixCase { int rows, dim, gmax; Types t; };
+const char* tname(int dt){ return dt==T_F32?"f32":dt==T_BF16?"bf16":"f16"; }
+// mixCases: every IO path (typed BF16/F16 register, wide and fused
+// kernels; T_ANY on the register and streaming paths; shared-memory slots
+// with half w and dx) against a double reference, fused against apart bit
+// for bit, and every half output the F32 output of the same job rounded
+// once to nearest even.
+int runMixes(std::mt19937& rng){
+  std::uniform_real_distribution<float> U(-1,1);
+  std::vector<MixCase> cs={
+    {7,257,3,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {40,1024,6,{T_F16,T_F16,T_F16,T_F16,T_F16}},
+    {9,8192,4,{T_BF16,T_F32,T_BF16,T_BF16,T_F32}},
+    {6,5120,2,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {5,9000,2,{T_F16,T_BF16,T_BF16,T_F32,T_F16}},
+    {33,2048,5,{T_F16,T_F32,T_BF16,T_F16,T_BF16}},
+    {3,4100,2,{T_F32,T_BF16,T_F32,T_BF16,T_BF16}},
+  };
+  int bad=0;
+  for(auto c:cs){
+    int rows=c.rows, dim=c.dim; size_t n=(size_t)rows*dim;
+    std::vector<float> xv(n),wv(dim),dyv(n);
+    for(auto&v:xv)v=U(rng); for(auto&v:dyv)v=U(rng)*0.5f; for(auto&v:wv)v=1+0.1f*U(rng);
+    bytes x=enc(xv,c.t.x), w=enc(wv,c.t.w), dy=enc(dyv,c.t.dy);
+    std::vector<float> r1,r2,r3,r4; bytes dx1,dw1,dx2,dw2,dx3,dw3,dx4,dw4;
+    runT(rows,dim,c.gmax,0,c.t,x,w,dy,r1,dx1,dw1);
+    runT(rows,dim,c.gmax,2,c.t,x,w,dy,r2,dx2,dw2);
+    bool same = r1==r2 && dx1==dx2 && dw1==dw2;
+    int nch=(dim+3)/4;
+    if(dim%4==0 && nch<=256*8 && !(nch>512*7/2) && c.t.x==T_F32 && c.t.dy==T_F32){
+      runT(rows,dim,c.gmax,1,c.t,x,w,dy,r3,dx3,dw3);
+      same = same && r1==r3 && dx1==dx3 && dw1==dw3;
+    }
+    // The same inputs with F32 outputs: each half output is it rounded once.
+    Types f=c.t; f.dx=T_F32; f.dw=T_F32;
+    runT(rows,dim,c.gmax,0,f,x,w,dy,r4,dx4,dw4);
+    bool once = r1==r4;
+    for(size_t i=0;i<n && once;i++) once = dec(dx1,i,c.t.dx)==roundOut(dec(dx4,i,T_F32),c.t.dx);
+    for(int i=0;i<dim && once;i++) once = dec(dw1,i,c.t.dw)==roundOut(dec(dw4,i,T_F32),c.t.dw);
+    // Double reference on the inputs as stored.
+    double maxe=0; bool okdx=true, okdw=true;
+    std::vector<double> dwr(dim,0);
+    for(int b=0;b<rows;b++){ double ss=0,s=0;
+      for(int i=0;i<dim;i++){ double xi=dec(x,(size_t)b*dim+i,c.t.x), d=dec(dy,(size_t)b*dim+i,c.t.dy); ss+=xi*xi; s+=d*xi*dec(w,i,c.t.w); }
+      double rr=1/std::sqrt(ss/dim+1e-5);
+      maxe=std::max(maxe, std::fabs(rr-r1[b])/rr);
+      for(int i=0;i<dim;i++){ double xi=dec(x,(size_t)b*dim+i,c.t.x), d=dec(dy,(size_t)b*dim+i,c.t.dy);
+        double want=rr*(d*dec(w,i,c.t.w)-xi*s*rr*rr/dim), got=dec(dx1,(size_t)b*dim+i,c.t.dx);
+        if(!(std::fabs(got-want)<=1e-4*(1+std::fabs(want))+ulpOf(want,c.t.dx))) okdx=false;
+        dwr[i]+=d*xi*rr; } }
+    for(int i=0;i<dim;i++){ double got=dec(dw1,i,c.t.dw); if(!(std::fabs(got-dwr[i])<=1e-4*(1+std::fabs(dwr[i]))+1e-5*rows+ulpOf(dwr[i],c.t.dw))) okdw=false; }
+    bool ok = same && once && maxe<1e-5 && okdx && okdw;
+    if(!ok) bad++;
+    printf("%5dx%-5d gmax %3d x=%s w=%s dy=%s -> dx=%s dw=%s: fused==apart:%d rounded-once:%d r_relerr %.2g dx:%d dw:%d %s\n",
+      rows, dim, c.gmax, tname(c.t.x), tname(c.t.w), tname(c.t.dy), tname(c.t.dx), tname(c.t.dw), same, once, maxe, okdx, okdw, ok?"ok":"FAIL");
+    fflush(stdout);
+  }
+  return bad;
+}
 int main(){
   // gmax (the most groups a job is split into) is small here so that groups
   // of several rows, and the next-row prefetch, are exercised cheaply.
@@ -134,5 +269,6 @@ int main(){
     printf("%5dx%-5d gmax %3d fused(regs)==fused(smem)==apart:%d r_relerr %.2g dw_abserr %.2g %s\n", rows, dim, c.gmax, same, maxe, maxw, ok?"ok":"FAIL");
     fflush(stdout); // a line per case as it ends: the Go test's progress watchdog reads them
   }
+  fails += runMixes(rng);
   return fails?1:0;
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/computetest"
 )
 
 // parityShapes cover every branch of the kernels' geometry: rows
@@ -297,5 +298,99 @@ kernel void k1(device const float* a [[buffer(0)]], /* c */ constant float2& p [
 	}
 	if _, err := genGlue([]kernelDecl{{Name: "k", Params: []kernelParam{{"uint", "i", "quad_lane_id"}}}}, "x.metal"); err == nil {
 		t.Fatal("an unknown attribute was accepted")
+	}
+}
+
+// halfJobs are jobs in every element type the kernels load and store,
+// on shapes that take both the register and the streaming path.
+func halfJobs() []computetest.Job {
+	mixes := []computetest.Mix{
+		{X: compute.BF16, W: compute.BF16, DY: compute.BF16},
+		{X: compute.F16, W: compute.F32, DY: compute.F16},
+		{X: compute.BF16, W: compute.F16, DY: compute.F32, DX: compute.F32, DW: compute.F32},
+		{X: compute.F16, W: compute.BF16, DY: compute.BF16, DX: compute.BF16, DW: compute.F16},
+	}
+	var js []computetest.Job
+	for i, sh := range [][2]int{{40, 257}, {3, 9000}, {33, 1}} {
+		for k, m := range mixes {
+			js = append(js, computetest.NewJob(uint64(900+10*i+k), sh[0], sh[1]).WithMix(m))
+		}
+	}
+	return js
+}
+
+// Half-precision loads and stores give the same bits at every SIMD width
+// too, and pass the oracle rounded to each output's dtype.
+func TestSimdWidthsHalf(t *testing.T) {
+	ctx := context.Background()
+	var ref []computetest.Output
+	for _, w := range []int{32, 8, 16, 64} {
+		b := testBackendWith(t, Options{SimdWidth: w})
+		for i, j := range halfJobs() {
+			o, err := computetest.RunJob(ctx, b, j)
+			if err != nil {
+				t.Fatalf("width %d: %dx%d %s: %v", w, j.Rows, j.Dim, j.Mix, err)
+			}
+			if err := j.Check(o); err != nil {
+				t.Errorf("width %d: %dx%d %s: %v", w, j.Rows, j.Dim, j.Mix, err)
+			}
+			if w == 32 {
+				ref = append(ref, o)
+			} else if !computetest.SameBits(ref[i], o) {
+				t.Errorf("width %d: %dx%d %s: outputs differ from width 32", w, j.Rows, j.Dim, j.Mix)
+			}
+		}
+	}
+}
+
+// Broken conversions in the shader are caught by the suite's checks: the
+// oracle compares each half output with the float64 result rounded to its
+// dtype, and each half output must be the float32 output rounded once.
+// (Exact ties, which random data almost never hits, are
+// TestShaderConversions' part.)
+func TestBrokenHalfConversionIsCaught(t *testing.T) {
+	cases := []struct{ name, old, new string }{
+		{"bf16 stores truncate instead of rounding to nearest even", "    u += 0x7fffu + ((u >> 16) & 1u);\n", ""},
+		{"f16 loads lose the subnormal exponent step", "            e -= 1u;\n", ""},
+		{"bf16 loads read the wrong half of the word", "static inline float bf16_to_f32(ushort h) { return as_type<float>(uint(h) << 16); }", "static inline float bf16_to_f32(ushort h) { return as_type<float>(uint(h) << 15); }"},
+	}
+	ctx := context.Background()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := brokenBackend(t, c.old, c.new, Options{})
+			var caught error
+			for _, j := range halfJobs() {
+				if c.name == "f16 loads lose the subnormal exponent step" {
+					// Subnormal f16 inputs: scale x down past 2^-14.
+					for i := range j.X {
+						j.X[i] *= 1e-5
+					}
+					j = j.WithMix(j.Mix)
+				}
+				o, err := computetest.RunJob(ctx, b, j)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if caught = j.Check(o); caught != nil {
+					break
+				}
+				// Within the oracle's bound a rounding mistake is off by one
+				// unit in the last place: the half outputs must be the F32
+				// outputs rounded once, bit for bit.
+				f := j
+				f.Mix.DX, f.Mix.DW = compute.F32, compute.F32
+				ref, err := computetest.RunJob(ctx, b, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if caught = computetest.CheckRoundedOnce(ref, o, j.Mix); caught != nil {
+					break
+				}
+			}
+			if caught == nil {
+				t.Fatal("the broken conversion passed the oracle")
+			}
+			t.Logf("caught: %v", caught)
+		})
 	}
 }

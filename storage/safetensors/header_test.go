@@ -54,6 +54,14 @@ func TestParseHeaderMalformed(t *testing.T) {
 		{"gap", file(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), ErrFormat, "gaps are not allowed"},
 		{"out of bounds", file(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 4), ErrFormat, "but the object is"},
 		{"trailing bytes", file(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 12), ErrFormat, "but the object is"},
+		// The half dtypes are held to their 2-byte elements.
+		{"bf16 counted as f32", file(`{"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}}`, 8), ErrFormat, "shape [2] of BF16 needs 4"},
+		{"f16 short", file(`{"a":{"dtype":"F16","shape":[3],"data_offsets":[0,4]}}`, 4), ErrFormat, "shape [3] of F16 needs 6"},
+		{"bf16 odd bytes", file(`{"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,3]}}`, 3), ErrFormat, "needs 2"},
+		{"f16 overlap", file(`{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[1],"data_offsets":[2,4]}}`, 4), ErrFormat, "overlap"},
+		{"bf16 gap", file(`{"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]},"b":{"dtype":"F16","shape":[1],"data_offsets":[4,6]}}`, 6), ErrFormat, "gaps are not allowed"},
+		{"f16 trailing byte", file(`{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}`, 5), ErrFormat, "but the object is"},
+		{"bf16 shape overflow", file(`{"a":{"dtype":"BF16","shape":[4611686018427387904,2],"data_offsets":[0,4]}}`, 4), ErrFormat, "overflows int64"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -74,6 +82,8 @@ func TestParseHeaderMalformed(t *testing.T) {
 func TestRoundTrip(t *testing.T) {
 	ts := []Tensor{
 		F32("x", []int{2, 3}, []float32{1, 2, 3, 4, 5, -6.5}),
+		{Name: "b", DType: "BF16", Shape: []int{3}, Data: []byte{0x80, 0x3f, 0x00, 0xc0, 0xc0, 0x7f}},
+		{Name: "h", DType: "F16", Shape: []int{1, 1}, Data: []byte{0x00, 0x3c}},
 		{Name: "empty", DType: "F32", Shape: []int{0, 4}, Data: nil},
 		F32("w", []int{3}, []float32{0.5, 0.25, 0.125}),
 	}
@@ -117,11 +127,13 @@ func TestRoundTrip(t *testing.T) {
 
 func TestEncodeRejects(t *testing.T) {
 	for name, ts := range map[string][]Tensor{
-		"duplicate":  {F32("a", []int{1}, []float32{1}), F32("a", []int{1}, []float32{1})},
-		"short data": {{Name: "a", DType: "F32", Shape: []int{2}, Data: make([]byte, 4)}},
-		"reserved":   {F32(MetadataKey, []int{1}, []float32{1})},
-		"bad dtype":  {{Name: "a", DType: "Q4", Shape: []int{1}, Data: make([]byte, 1)}},
-		"empty name": {F32("", []int{1}, []float32{1})},
+		"duplicate":   {F32("a", []int{1}, []float32{1}), F32("a", []int{1}, []float32{1})},
+		"short data":  {{Name: "a", DType: "F32", Shape: []int{2}, Data: make([]byte, 4)}},
+		"bf16 as f32": {{Name: "a", DType: "BF16", Shape: []int{2}, Data: make([]byte, 8)}},
+		"f16 short":   {{Name: "a", DType: "F16", Shape: []int{2}, Data: make([]byte, 3)}},
+		"reserved":    {F32(MetadataKey, []int{1}, []float32{1})},
+		"bad dtype":   {{Name: "a", DType: "Q4", Shape: []int{1}, Data: make([]byte, 1)}},
+		"empty name":  {F32("", []int{1}, []float32{1})},
 	} {
 		if _, err := EncodeHeader(ts, nil); err == nil {
 			t.Errorf("%s: encoded", name)

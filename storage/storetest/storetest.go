@@ -306,13 +306,18 @@ func testNotFound(t *testing.T, f Fixture) {
 	if _, err = r.Head(ctx, uri); !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "name one with #name") {
 		t.Errorf("Head without #name of a two-tensor object = %v", err)
 	}
-	// A non-F32 tensor is located but refused, naming what is supported.
+	// A tensor of a dtype no worker computes is located but refused,
+	// naming what is supported; a half one is located.
 	h := f.Base + "nf/half.safetensors"
-	if _, err := r.Write(ctx, h, []storage.OutTensor{{Name: "h", DType: "F16", Shape: []int{2}, Data: []byte{0, 0x3c, 0, 0x40}}}, nil); err != nil {
+	if _, err := r.Write(ctx, h, []storage.OutTensor{{Name: "h", DType: "F16", Shape: []int{2}, Data: []byte{0, 0x3c, 0, 0x40}},
+		{Name: "d", DType: "F64", Shape: []int{1}, Data: make([]byte, 8)}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Head(ctx, h+"#h"); !errors.Is(err, storage.ErrDType) || !strings.Contains(err.Error(), "supported: F32") {
-		t.Errorf("Head of an F16 tensor = %v, want ErrDType listing F32", err)
+	if _, err := r.Head(ctx, h+"#d"); !errors.Is(err, storage.ErrDType) || !strings.Contains(err.Error(), "supported: F32, BF16, F16") {
+		t.Errorf("Head of an F64 tensor = %v, want ErrDType listing F32, BF16, F16", err)
+	}
+	if ti, err := r.Head(ctx, h+"#h"); err != nil || ti.DType != "F16" || ti.Size != 4 {
+		t.Errorf("Head of an F16 tensor = %+v, %v", ti, err)
 	}
 }
 
