@@ -375,6 +375,12 @@ func classify(err error) error {
 	if errors.As(err, &oe) {
 		return &transient{fmt.Errorf("%w: %v", storage.ErrUnavailable, err)}
 	}
+	// minio-go's own test for a dead connection: it replaces an EOF on a
+	// request (a server that died mid-upload) by a plain "Connection closed
+	// by foreign host ... Retry again." error that no longer wraps io.EOF.
+	if minio.IsNetworkOrHostDown(err, false) {
+		return &transient{fmt.Errorf("%w: %v", storage.ErrUnavailable, err)}
+	}
 	return err
 }
 
