@@ -13,12 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"syscall"
 	"time"
 
@@ -110,9 +108,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	srv := asynq.NewServer(redis, asynq.Config{
+	srv := jobs.NewServers(redis, jobs.ServersConfig{Queues: cfg.Queues, Shards: cfg.Shards, Logger: log, Server: asynq.Config{
 		Concurrency:     cfg.Concurrency,
-		Queues:          cfg.Queues,
 		StrictPriority:  cfg.StrictPrio,
 		RetryDelayFunc:  jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
 		ShutdownTimeout: cfg.Shutdown,
@@ -127,14 +124,23 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		DelayedTaskCheckInterval: time.Second,
 		Logger:                   asynqLogger{log.With("component", "asynq")},
 		LogLevel:                 asynq.WarnLevel,
-	})
+	}})
 	insp := asynq.NewInspector(redis)
 	defer insp.Close()
-	reg.MustRegister(newQueueCollector(insp, slices.Sorted(maps.Keys(cfg.Queues))))
-	// Readiness follows Redis and storage: a background probe, so /readyz
-	// reports an outage while it lasts and answers at once.
+	reg.MustRegister(newQueueCollector(insp, srv.Queues))
+	// Readiness follows Redis, the queue layout and storage: a background
+	// probe, so /readyz reports an outage while it lasts and answers at
+	// once. On a Cluster every master is pinged and one that does not
+	// answer is named.
+	redisCheck := func(context.Context) error { return srv.Ping() }
+	if co, ok := redis.(jobs.ClusterOpt); ok {
+		cp := newClusterProbe(co.RedisClusterClientOpt)
+		defer cp.Close()
+		redisCheck = cp.check
+	}
 	probes := newProber(reg, log,
-		depCheck{"redis", func(context.Context) error { return srv.Ping() }},
+		depCheck{"redis", redisCheck},
+		depCheck{"queue layout", func(context.Context) error { return srv.Err() }},
 		depCheck{"storage", store.Ping})
 	go probes.run(ctx)
 	if cfg.HTTPAddr != "" {
@@ -146,10 +152,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	}
 	mux := asynq.NewServeMux()
 	h.Register(mux)
-	if err := srv.Start(mux); err != nil {
+	if err := srv.Start(ctx, mux); err != nil {
 		return fmt.Errorf("asynq server: %w", err)
 	}
-	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues,
+	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues, "asynq_queues", srv.Queues(),
 		"concurrency", cfg.Concurrency, "gomaxprocs", runtime.GOMAXPROCS(0), "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes, "go_memory_limit", memLimit)
 
 	<-ctx.Done()
@@ -190,6 +196,10 @@ func redisOpt(cfg Config) (asynq.RedisConnOpt, error) {
 		}
 	}
 	pw := cfg.secrets.RedisPassword
+	if len(rc.ClusterAddrs) > 0 {
+		return jobs.ClusterOpt{RedisClusterClientOpt: asynq.RedisClusterClientOpt{Addrs: rc.ClusterAddrs,
+			Username: rc.Username, Password: pw, TLSConfig: tlsCfg}}, nil
+	}
 	if rc.SentinelMaster != "" {
 		return asynq.RedisFailoverClientOpt{MasterName: rc.SentinelMaster, SentinelAddrs: rc.SentinelAddrs,
 			Username: rc.Username, Password: pw, DB: rc.DB, TLSConfig: tlsCfg}, nil

@@ -11,6 +11,7 @@ package rediscluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,18 @@ type Options struct {
 	NodeTimeout time.Duration
 	// Extra arguments for every redis-server (e.g. "--appendonly", "yes").
 	Extra []string
+	// Password, when set, is every node's requirepass (and masterauth, so
+	// replicas sync).
+	Password string
+	// TLS, when set, makes every node speak TLS only: clients, the cluster
+	// bus and replication.
+	TLS *TLS
+}
+
+// TLS is a cluster's TLS material.
+type TLS struct {
+	CertFile, KeyFile, CAFile string
+	Client                    *tls.Config // what Do and the health checks dial with
 }
 
 // Node is one redis-server of the cluster.
@@ -51,6 +64,9 @@ type Node struct {
 	Dir  string
 	bin  string
 	args []string
+
+	password string
+	tls      *tls.Config
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -88,11 +104,25 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		args := []string{"--port", strconv.Itoa(port)}
+		if opt.TLS != nil {
+			args = []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cluster", "yes", "--tls-replication", "yes",
+				"--tls-cert-file", opt.TLS.CertFile, "--tls-key-file", opt.TLS.KeyFile, "--tls-ca-cert-file", opt.TLS.CAFile,
+				"--tls-auth-clients", "no"}
+		}
+		if opt.Password != "" {
+			args = append(args, "--requirepass", opt.Password, "--masterauth", opt.Password)
+		}
+		args = append(args, "--bind", "127.0.0.1", "--dir", dir,
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(int(opt.NodeTimeout / time.Millisecond)),
-			"--save", "", "--appendonly", "no", "--protected-mode", "no"}, opt.Extra...)
-		nd := &Node{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bin: opt.Server, args: args, log: &syncBuffer{}}
+			"--cluster-node-timeout", strconv.Itoa(int(opt.NodeTimeout/time.Millisecond)),
+			"--save", "", "--appendonly", "no", "--protected-mode", "no")
+		args = append(args, opt.Extra...)
+		nd := &Node{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bin: opt.Server, args: args, log: &syncBuffer{},
+			password: opt.Password}
+		if opt.TLS != nil {
+			nd.tls = opt.TLS.Client
+		}
 		c.Nodes = append(c.Nodes, nd)
 		if err := nd.Start(); err != nil {
 			c.Close()
@@ -102,9 +132,16 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(opt.Replicas), "--cluster-yes")
+	if opt.TLS != nil {
+		args = append(args, "--tls", "--cacert", opt.TLS.CAFile)
+	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(cctx, opt.CLI, args...).CombinedOutput(); err != nil {
+	cmd := exec.CommandContext(cctx, opt.CLI, args...)
+	if opt.Password != "" {
+		cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+opt.Password) // not on the command line
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("rediscluster: redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -426,8 +463,12 @@ func (n *Node) Log() string { return n.log.String() }
 // Do runs one command on the node over a fresh connection (no cluster
 // redirection) and returns its reply.
 func (n *Node) Do(ctx context.Context, args ...any) (any, error) {
-	cl := redis.NewClient(&redis.Options{Addr: n.Addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second,
-		MaxRetries: -1, PoolSize: 1, Protocol: 2})
+	var tc *tls.Config
+	if n.tls != nil {
+		tc = n.tls.Clone()
+	}
+	cl := redis.NewClient(&redis.Options{Addr: n.Addr, Password: n.password, TLSConfig: tc, DialTimeout: time.Second,
+		ReadTimeout: 5 * time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2})
 	defer cl.Close()
 	return cl.Do(ctx, args...).Result()
 }
