@@ -182,4 +182,3 @@ func runCLI(bin string, env []string, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
-
