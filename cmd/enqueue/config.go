@@ -155,6 +155,9 @@ func loadConfig(f *connFlags) (config, error) {
 	if f.cluster != "" {
 		c.Redis.ClusterAddrs, c.redisFrom = splitAddrs(f.cluster), "flag --redis-cluster"
 	}
+	if len(c.Redis.ClusterAddrs) == 0 {
+		c.Redis.ClusterAddrs = nil // "cluster_addrs: []" is no cluster
+	}
 	if v := os.Getenv("RMSGRAD_SHARDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
