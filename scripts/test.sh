@@ -17,6 +17,7 @@ apt_install() {
 
 log "dependencies"
 command -v redis-server >/dev/null || apt_install redis-server
+command -v redis-cli >/dev/null || apt_install redis-tools # redis-cli --cluster create joins the test clusters
 command -v g++ >/dev/null || apt_install g++
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
 VERSITYGW_VERSION=v1.8.0
@@ -27,6 +28,7 @@ if ! command -v versitygw >/dev/null || ! go version -m "$(command -v versitygw)
 	(cd /tmp && go install "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}")
 fi
 export RMSGRAD_REDIS_SERVER="$(command -v redis-server)"
+export RMSGRAD_REDIS_CLI="$(command -v redis-cli)"
 export RMSGRAD_VERSITYGW="$(command -v versitygw)"
 export RMSGRAD_PYTHON=/usr/bin/python3
 export RMSGRAD_REQUIRE_SERVERS=1

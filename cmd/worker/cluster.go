@@ -79,7 +79,7 @@ func (p *clusterProbe) conn(addr string) *redis.Client {
 		}
 		c = redis.NewClient(&redis.Options{Addr: addr, Username: p.opt.Username, Password: p.opt.Password, TLSConfig: tc,
 			DialTimeout: clusterNodeTimeout, ReadTimeout: clusterNodeTimeout, WriteTimeout: clusterNodeTimeout,
-			PoolTimeout: clusterNodeTimeout, MaxRetries: -1, PoolSize: 4})
+			PoolTimeout: clusterNodeTimeout, MaxRetries: -1, DialerRetries: 1, PoolSize: 4})
 		p.conns[addr] = c
 	}
 	return c
