@@ -98,19 +98,20 @@ func NewEnv(t testing.TB, redisArgs ...string) *Env {
 // WorkerConfig is what a test sets in the worker's config file; zero fields
 // take the values noted.
 type WorkerConfig struct {
-	Name  string
-	Redis string // host:port
+	Name        string
+	Redis       string // host:port
+	S3Endpoint  string // host:port (versitygw or a Proxy)
+	Concurrency int    // default 64
+	BudgetBytes int64  // default 256 MiB
+	MaxJobs     int    // default 32
+	MaxWait     time.Duration
+	RetryBase   time.Duration // default 200ms
+	RetryMax    time.Duration // default 2s
+	LogLevel    string        // default info
+
 	// ClusterAddrs, when set, are Redis Cluster seed nodes in place of
 	// Redis (set by StartWorker when the env is a cluster).
 	ClusterAddrs []string
-	S3Endpoint   string // host:port (versitygw or a Proxy)
-	Concurrency  int    // default 64
-	BudgetBytes  int64  // default 256 MiB
-	MaxJobs      int    // default 32
-	MaxWait      time.Duration
-	RetryBase    time.Duration // default 200ms
-	RetryMax     time.Duration // default 2s
-	LogLevel     string        // default info
 }
 
 func (c WorkerConfig) yaml(httpAddr string) string {
