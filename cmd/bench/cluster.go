@@ -49,6 +49,10 @@ type clusterOps struct {
 	Lease      float64 // one heartbeat's lease extension + worker state, per active task
 	Status     float64 // jobs.Client.Status (Wait polls it)
 	IdleServer float64 // one idle asynq server (per shard) polling, per second
+	// StatusRegistry is the part of Status spent on the node holding
+	// asynq:queues (asynq's queue registry, which the Inspector reads on
+	// every call): one node serves it for the whole cluster.
+	StatusRegistry float64
 }
 
 // scaleRun is one throughput run.
@@ -328,7 +332,7 @@ func (b *clusterBench) costs(ctx context.Context, n int) (clusterOps, error) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("r-%d", i)
 	}
-	cpu, _, _, err = b.phase(func() error {
+	cpu, per, _, err := b.phase(func() error {
 		g, gctx := errgroup.WithContext(ctx)
 		var next atomic.Int64
 		for range 16 {
@@ -347,7 +351,22 @@ func (b *clusterBench) costs(ctx context.Context, n int) (clusterOps, error) {
 		return ops, err
 	}
 	ops.Status = us(cpu, len(ids))
-	slog.Info("cluster cost: status", "us_per_call", ops.Status)
+	reg, err := b.c.MasterOf(ctx, jobs.KeySlot("asynq:queues"))
+	if err != nil {
+		return ops, err
+	}
+	shard, err := b.c.MasterOf(ctx, jobs.QueueSlot(jobs.DefaultQueue))
+	if err != nil {
+		return ops, err
+	}
+	if reg != shard {
+		for i, n := range b.masters {
+			if n == reg {
+				ops.StatusRegistry = us(per[i], len(ids))
+			}
+		}
+	}
+	slog.Info("cluster cost: status", "us_per_call", ops.Status, "us_on_registry_node", ops.StatusRegistry)
 
 	// Idle servers (each polls its shard ~10 times a second and beats
 	// every 5 s) and leases (active tasks held across heartbeats), each
@@ -587,6 +606,9 @@ func clusterReport(o options, ops clusterOps, runs []scaleRun) string {
 	row("result write (~"+strconv.Itoa(len(sampleResult))+" B)", ops.Result)
 	row("lease extension + worker state, per active task per heartbeat (5 s)", ops.Lease)
 	row("status (jobs.Client.Status, one Wait poll)", ops.Status)
+	if ops.StatusRegistry > 0 {
+		row("  of which on the node holding asynq:queues", ops.StatusRegistry)
+	}
 	tw.Flush()
 	fmt.Fprintf(&b, "\nAn idle asynq server (one per shard per worker process, polling every 50-150 ms) costs %.0f us of Redis CPU per second.\n", ops.IdleServer)
 	job := ops.Enqueue + ops.DequeueRun + ops.Result
