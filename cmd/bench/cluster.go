@@ -328,7 +328,7 @@ func (b *clusterBench) costs(ctx context.Context, n int) (clusterOps, error) {
 	ops.Result = math.Max(0, us(cpu, n)-ops.DequeueRun)
 	slog.Info("cluster cost: result write", "us_per_task", ops.Result, "result_bytes", len(sampleResult))
 
-	ids := make([]string, 2000)
+	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("r-%d", i)
 	}
