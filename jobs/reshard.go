@@ -55,8 +55,8 @@ var ErrNotDrained = errors.New("old shards not drained")
 // changed. A Reshard to the N a reshard in progress is moving to (one that
 // died) takes it over.
 func (c *Client) Reshard(ctx context.Context, n int, o ReshardOptions) (Layout, error) {
-	if n < 1 {
-		return Layout{}, fmt.Errorf("reshard queue %q: shards must be >= 1, got %d", c.queue, n)
+	if n < 1 || n > MaxShards {
+		return Layout{}, fmt.Errorf("reshard queue %q: shards must be in 1..%d, got %d", c.queue, MaxShards, n)
 	}
 	if o.Settle == 0 {
 		o.Settle = LayoutMaxAge + LayoutRefresh

@@ -32,6 +32,10 @@ import (
 // Hash-slot geometry of Redis Cluster.
 const numSlots = 16384
 
+// MaxShards bounds a queue's shard count: Redis Cluster is meant for up to
+// about a thousand masters, and ShardName needs a few slots per shard.
+const MaxShards = 1024
+
 // LayoutRefresh is how often clients and workers re-read a queue's layout
 // record; LayoutMaxAge is how long they keep using the last one they read
 // when Redis does not answer (past it, a client refuses to enqueue). A
@@ -71,6 +75,7 @@ func ShardName(queue string, n, i int) string {
 	if v, ok := shardNames.Load(key); ok {
 		return v.(string)
 	}
+	n = min(n, MaxShards)
 	w := numSlots / n
 	lo := i*numSlots/n + w/4
 	hi := lo + w/2
@@ -247,6 +252,8 @@ func ReadLayout(ctx context.Context, rdb redis.UniversalClient, queue string) (L
 	var n int64
 	if n, err = num("shards"); err != nil {
 		return l, err
+	} else if n > MaxShards {
+		return l, fmt.Errorf("queue %q: layout %s: %d shards, more than %d", queue, LayoutKey(queue), n, MaxShards)
 	} else if n > 0 {
 		l.Shards = int(n)
 	}

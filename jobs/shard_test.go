@@ -56,6 +56,11 @@ func TestShardNames(t *testing.T) {
 			}
 		}
 	}
+	// The largest count still names every shard, each in its range.
+	names := ShardNames("q", MaxShards)
+	if len(names) != MaxShards || QueueSlot(names[MaxShards-1]) < numSlots-numSlots/MaxShards {
+		t.Fatalf("%d shards: last %q in slot %d", MaxShards, names[len(names)-1], QueueSlot(names[len(names)-1]))
+	}
 	// Every master of an evenly split 3-master cluster (redis-cli's ranges)
 	// gets exactly one of 3 shards, and two of 6.
 	masters := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
