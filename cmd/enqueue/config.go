@@ -97,8 +97,30 @@ func defaultConfig() config {
 // connFlags are the flags every subcommand shares.
 type connFlags struct {
 	configPath, redis, cluster, queue, root, uploadPrefix string
-	shards                                                int
+	shards                                                optInt
 	json                                                  bool
+}
+
+// optInt is an int flag that knows whether it was given.
+type optInt struct {
+	v   int
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.v)
+}
+
+func (o *optInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return err
+	}
+	o.v, o.set = n, true
+	return nil
 }
 
 func (f *connFlags) register(fs *flag.FlagSet) {
@@ -106,7 +128,7 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.redis, "redis", "", "Redis address host:port or redis[s]:// URL (env RMSGRAD_REDIS_ADDR)")
 	fs.StringVar(&f.cluster, "redis-cluster", "", "Redis Cluster seed nodes host:port,host:port,... (env RMSGRAD_REDIS_CLUSTER_ADDRS)")
 	fs.StringVar(&f.queue, "queue", "", "queue name (env RMSGRAD_QUEUE; default rmsnorm)")
-	fs.IntVar(&f.shards, "shards", -1, "shards the queue is expected to have; 0 follows Redis's record (env RMSGRAD_SHARDS; default 0)")
+	fs.Var(&f.shards, "shards", "`N` shards expected of the queue; 0 (the default) follows the count recorded in Redis (env RMSGRAD_SHARDS)")
 	fs.StringVar(&f.root, "root", "", "file store root for file:// URIs (env RMSGRAD_FILE_ROOT)")
 	fs.StringVar(&f.uploadPrefix, "upload-prefix", "", "where local files are uploaded: s3://bucket/prefix/ or file:///dir/ (env RMSGRAD_UPLOAD_PREFIX)")
 	fs.BoolVar(&f.json, "json", false, "print machine-readable JSON")
@@ -165,8 +187,8 @@ func loadConfig(f *connFlags) (config, error) {
 		}
 		c.Shards = n
 	}
-	if f.shards >= 0 {
-		c.Shards = f.shards
+	if f.shards.set {
+		c.Shards = f.shards.v
 	}
 	env("RMSGRAD_REDIS_ADDR", &c.Redis.Addr)
 	env("RMSGRAD_REDIS_USERNAME", &c.Redis.Username)
