@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -125,6 +126,10 @@ func (p *clusterProbe) check(ctx context.Context) error {
 			cctx, cancel := context.WithTimeout(ctx, clusterNodeTimeout)
 			defer cancel()
 			if err := p.conn(addr).Ping(cctx).Err(); err != nil {
+				var ne net.Error
+				if cctx.Err() != nil || errors.As(err, &ne) && ne.Timeout() {
+					err = fmt.Errorf("no answer within %v", clusterNodeTimeout)
+				}
 				mu.Lock()
 				down = append(down, fmt.Sprintf("node %s (master of slots %s): %v", addr, strings.Join(ranges, ","), err))
 				mu.Unlock()

@@ -158,7 +158,7 @@ func TestWorkerCluster(t *testing.T) {
 	}
 	defer m.Resume()
 	paused := time.Now()
-	body := w.waitReady(t, 503, "redis cluster: node "+m.Addr+" (master of slots")
+	body := w.waitReady(t, 503, "redis cluster: node "+m.Addr+" (master of slots", "no answer within 1s")
 	t.Logf("/readyz %v after %s was paused: %s", time.Since(paused).Round(time.Millisecond), m.Addr, strings.TrimSpace(body))
 	// Its replica takes over (cluster-node-timeout 2 s): ready again, and
 	// jobs of every shard run.
