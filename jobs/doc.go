@@ -9,7 +9,11 @@
 //     batch into one compute.CommandBuffer;
 //   - budget.go: bytes in flight;
 //   - retry.go: backoff for transient failures;
-//   - metrics.go: the Prometheus collectors.
+//   - metrics.go: the Prometheus collectors;
+//   - shard.go, reshard.go, servers.go: sharded queues (a logical queue
+//     over N asynq queues on the masters of a Redis Cluster, the layout
+//     record in Redis, the reshard, and the worker's asynq servers, one per
+//     shard); redisconn.go: the Cluster connection (docs/scaling.md).
 //
 // Errors a handler returns are *JobError values naming the job, the tensor
 // and its URI; permanent ones wrap asynq.SkipRetry so asynq archives them
