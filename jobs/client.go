@@ -105,7 +105,9 @@ func (c *Client) Layout(ctx context.Context) (Layout, error) {
 // id again while the first task is still known to Redis (queued, running,
 // or completed within its retention) is a no-op that returns the id, so a
 // pipeline can retry an enqueue safely; a different job under a taken id is
-// ErrIDReused.
+// ErrIDReused. On a sharded queue the task goes to the shard of its id
+// (ShardOf; the client makes a UUID id when none is given), and while a
+// reshard is draining the queue Enqueue returns ErrResharding.
 func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (string, error) {
 	j.V = Version
 	if j.EnqueuedNS == 0 {
@@ -139,7 +141,7 @@ func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (stri
 		}
 		if id == "" {
 			id = uuid.NewString()
-			opts = append(opts, asynq.TaskID(id))
+			opts = append(slices.Clip(opts), asynq.TaskID(id))
 		}
 		queue = l.QueueFor(id)
 	} else if q := optValue(opts, asynq.QueueOpt); q != "" {
