@@ -30,6 +30,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
 	"github.com/rmsgrad/rmsgrad/internal/procattr"
+	"github.com/rmsgrad/rmsgrad/internal/rediscluster"
 	"github.com/rmsgrad/rmsgrad/internal/testenv"
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage"
@@ -62,6 +63,18 @@ type Env struct {
 	Store  *storage.Router
 	Client *jobs.Client
 	Insp   *asynq.Inspector
+	// Cluster, when set (NewClusterEnv), is the Redis Cluster in place of
+	// Redis, and Queues are the asynq queues (shards) the jobs go to.
+	Cluster *rediscluster.Cluster
+	Queues  []string
+}
+
+// queues returns the asynq queues the env's jobs live in.
+func (e *Env) queues() []string {
+	if len(e.Queues) > 0 {
+		return e.Queues
+	}
+	return []string{jobs.DefaultQueue}
 }
 
 // NewEnv starts the servers (versitygw for S3); redisArgs go to
@@ -112,6 +125,10 @@ type WorkerConfig struct {
 	// StoreBackoff, when set, is the S3 store's own retry policy
 	// (storage.s3.backoff).
 	StoreBackoff [3]time.Duration // attempts (as a count), base, max
+
+	// ClusterAddrs, when set, are Redis Cluster seed nodes in place of
+	// Redis (set by StartWorker when the env is a cluster).
+	ClusterAddrs []string
 }
 
 func (c WorkerConfig) yaml(httpAddr string) string {
@@ -131,6 +148,10 @@ func (c WorkerConfig) yaml(httpAddr string) string {
 	if lvl == "" {
 		lvl = "info"
 	}
+	redis := "addr: " + c.Redis
+	if len(c.ClusterAddrs) > 0 {
+		redis = "cluster_addrs: [" + strings.Join(c.ClusterAddrs, ", ") + "]"
+	}
 	return fmt.Sprintf(`worker: %s
 backend: cpu
 concurrency: %d
@@ -144,7 +165,7 @@ batch:
   max_jobs: %d
   max_wait: %v
 redis:
-  addr: %s
+  %s
 storage:
   s3:
     endpoint: %s
@@ -152,7 +173,7 @@ storage:
     allow: [{bucket: %s}]
 `, c.Name, or(int64(c.Concurrency), 64), ord(c.RetryBase, 200*time.Millisecond), ord(c.RetryMax, 2*time.Second),
 		httpAddr, lvl, or(c.BudgetBytes, 256<<20), or(int64(c.MaxJobs), 32), ord(c.MaxWait, 2*time.Millisecond),
-		c.Redis, c.S3Endpoint, Bucket) + c.s3Extra() + c.extra()
+		redis, c.S3Endpoint, Bucket) + c.s3Extra() + c.extra()
 }
 
 // s3Extra is the optional storage.s3 keys, indented under that section
@@ -208,7 +229,10 @@ type Worker struct {
 // environment) and waits until /readyz says ready.
 func StartWorker(t testing.TB, bin string, e *Env, cfg WorkerConfig) *Worker {
 	t.Helper()
-	if cfg.Redis == "" {
+	if cfg.Redis == "" && len(cfg.ClusterAddrs) == 0 && e.Cluster != nil {
+		cfg.ClusterAddrs = e.Cluster.Addrs()
+	}
+	if cfg.Redis == "" && e.Redis != nil {
 		cfg.Redis = e.Redis.Addr
 	}
 	if cfg.S3Endpoint == "" {
@@ -514,7 +538,7 @@ func (e *Env) WaitFinal(ctx context.Context, ids []string) (*Final, error) {
 	}
 	var lastErr error
 	for {
-		info, err := e.Insp.GetQueueInfo(jobs.DefaultQueue)
+		info, err := e.queueInfo()
 		if err == nil && info.Pending+info.Active+info.Scheduled+info.Retry == 0 && info.Completed+info.Archived >= len(want) {
 			break
 		}
@@ -534,17 +558,57 @@ func (e *Env) WaitFinal(ctx context.Context, ids []string) (*Final, error) {
 	return e.collect(want)
 }
 
+// queueInfo sums asynq's counts over the env's queues.
+func (e *Env) queueInfo() (*asynq.QueueInfo, error) {
+	sum := &asynq.QueueInfo{}
+	known, err := e.Insp.Queues()
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range e.queues() {
+		if !slices.Contains(known, q) {
+			continue // no task ever went there
+		}
+		info, err := e.Insp.GetQueueInfo(q)
+		if err != nil {
+			return nil, fmt.Errorf("queue %s: %w", q, err)
+		}
+		sum.Pending += info.Pending
+		sum.Active += info.Active
+		sum.Scheduled += info.Scheduled
+		sum.Retry += info.Retry
+		sum.Completed += info.Completed
+		sum.Archived += info.Archived
+	}
+	return sum, nil
+}
+
 func (e *Env) collect(want map[string]bool) (*Final, error) {
 	f := &Final{Results: map[string]*jobs.Result{}, Retried: map[string]int{}, LastErr: map[string]string{}, Archived: map[string]string{}}
+	for _, q := range e.queues() {
+		if err := e.collectQueue(q, f); err != nil {
+			return f, err
+		}
+	}
+	for id := range want {
+		if f.Results[id] == nil && f.Archived[id] == "" {
+			f.Lost = append(f.Lost, id)
+		}
+	}
+	slices.Sort(f.Lost)
+	return f, nil
+}
+
+func (e *Env) collectQueue(queue string, f *Final) error {
 	for page := 1; ; page++ {
-		ts, err := e.Insp.ListCompletedTasks(jobs.DefaultQueue, asynq.PageSize(1000), asynq.Page(page))
-		if err != nil {
-			return f, fmt.Errorf("list completed: %w", err)
+		ts, err := e.Insp.ListCompletedTasks(queue, asynq.PageSize(1000), asynq.Page(page))
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			return fmt.Errorf("list completed: %w", err)
 		}
 		for _, ti := range ts {
 			var r jobs.Result
 			if err := json.Unmarshal(ti.Result, &r); err != nil {
-				return f, fmt.Errorf("job %s: result: %w", ti.ID, err)
+				return fmt.Errorf("job %s: result: %w", ti.ID, err)
 			}
 			f.Results[ti.ID] = &r
 			f.Retried[ti.ID] = ti.Retried
@@ -557,9 +621,9 @@ func (e *Env) collect(want map[string]bool) (*Final, error) {
 		}
 	}
 	for page := 1; ; page++ {
-		ts, err := e.Insp.ListArchivedTasks(jobs.DefaultQueue, asynq.PageSize(1000), asynq.Page(page))
+		ts, err := e.Insp.ListArchivedTasks(queue, asynq.PageSize(1000), asynq.Page(page))
 		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-			return f, fmt.Errorf("list archived: %w", err)
+			return fmt.Errorf("list archived: %w", err)
 		}
 		for _, ti := range ts {
 			f.Archived[ti.ID] = ti.LastErr
@@ -568,13 +632,7 @@ func (e *Env) collect(want map[string]bool) (*Final, error) {
 			break
 		}
 	}
-	for id := range want {
-		if f.Results[id] == nil && f.Archived[id] == "" {
-			f.Lost = append(f.Lost, id)
-		}
-	}
-	slices.Sort(f.Lost)
-	return f, nil
+	return nil
 }
 
 // EnqueueAll enqueues jobs[i] under ids[i] from par goroutines.

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // DefaultRetention is how long a completed job's result is kept in Redis so
@@ -18,9 +20,12 @@ const DefaultRetention = 24 * time.Hour
 // Client enqueues jobs and waits for their results. It is safe for
 // concurrent use.
 type Client struct {
+	rdb       redis.UniversalClient
 	c         *asynq.Client
 	insp      *asynq.Inspector
 	queue     string
+	shards    int // configured shard count; 0 follows Redis's record
+	layout    *layoutCache
 	retention time.Duration
 	maxRetry  int
 	timeout   time.Duration
@@ -31,8 +36,14 @@ type Client struct {
 // ClientOption configures a Client.
 type ClientOption func(*Client)
 
-// WithQueue sets the queue jobs are enqueued to and looked up in.
+// WithQueue sets the logical queue jobs are enqueued to and looked up in.
 func WithQueue(q string) ClientOption { return func(c *Client) { c.queue = q } }
+
+// WithShards says how many shards the client expects the queue to have:
+// when Redis records another number, Enqueue and Status fail with
+// ErrLayoutMismatch instead of using it. 0 (the default) follows the
+// record, which is absent (one shard) until a reshard writes it.
+func WithShards(n int) ClientOption { return func(c *Client) { c.shards = n } }
 
 // WithRetention sets how long results are kept after completion.
 func WithRetention(d time.Duration) ClientOption { return func(c *Client) { c.retention = d } }
@@ -49,11 +60,17 @@ func WithSigningKey(key []byte) ClientOption { return func(c *Client) { c.signKe
 // WithPollInterval sets the longest interval between status polls in Wait.
 func WithPollInterval(d time.Duration) ClientOption { return func(c *Client) { c.poll = d } }
 
-// NewClient returns a client on the Redis that r describes.
+// NewClient returns a client on the Redis (one server, Sentinel or a
+// Cluster) that r describes.
 func NewClient(r asynq.RedisConnOpt, opts ...ClientOption) *Client {
+	rdb, ok := r.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		panic(fmt.Sprintf("jobs: unsupported RedisConnOpt type %T", r))
+	}
 	c := &Client{
-		c:         asynq.NewClient(r),
-		insp:      asynq.NewInspector(r),
+		rdb:       rdb,
+		c:         asynq.NewClientFromRedisClient(rdb),
+		insp:      asynq.NewInspectorFromRedisClient(rdb),
 		queue:     DefaultQueue,
 		retention: DefaultRetention,
 		maxRetry:  10,
@@ -63,23 +80,34 @@ func NewClient(r asynq.RedisConnOpt, opts ...ClientOption) *Client {
 	for _, o := range opts {
 		o(c)
 	}
+	c.layout = &layoutCache{rdb: rdb, queue: c.queue}
 	return c
 }
 
 // Close closes the client's connections.
-func (c *Client) Close() error {
-	return errors.Join(c.c.Close(), c.insp.Close())
-}
+func (c *Client) Close() error { return c.rdb.Close() }
 
-// Queue returns the queue the client uses.
+// Queue returns the logical queue the client uses.
 func (c *Client) Queue() string { return c.queue }
+
+// Layout returns the queue's layout (LayoutRefresh old at most), checked
+// against the configured shard count.
+func (c *Client) Layout(ctx context.Context) (Layout, error) {
+	l, err := c.layout.get(ctx)
+	if err != nil {
+		return l, err
+	}
+	return l, checkShards(l, c.shards)
+}
 
 // Enqueue validates j and enqueues it, returning the task id. Pass
 // asynq.TaskID(id) to choose the id: enqueuing the same job under the same
 // id again while the first task is still known to Redis (queued, running,
 // or completed within its retention) is a no-op that returns the id, so a
 // pipeline can retry an enqueue safely; a different job under a taken id is
-// ErrIDReused.
+// ErrIDReused. On a sharded queue the task goes to the shard of its id
+// (ShardOf; the client makes a UUID id when none is given), and while a
+// reshard is draining the queue Enqueue returns ErrResharding.
 func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (string, error) {
 	j.V = Version
 	if j.EnqueuedNS == 0 {
@@ -97,8 +125,41 @@ func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (stri
 	if err != nil {
 		return "", fmt.Errorf("encode job: %w", err)
 	}
+	l, err := c.Layout(ctx)
+	if err != nil {
+		return "", fmt.Errorf("enqueue to queue %q: %w", c.queue, err)
+	}
+	if l.To != 0 {
+		return "", fmt.Errorf("enqueue to queue %q: %w from %d to %d shards ('enqueue reshard' is draining the old ones); retry once it has finished",
+			c.queue, ErrResharding, l.Shards, l.To)
+	}
+	id := optValue(opts, asynq.TaskIDOpt)
+	queue := c.queue
+	if l.Shards > 1 {
+		if q := optValue(opts, asynq.QueueOpt); q != "" {
+			return "", fmt.Errorf("enqueue: asynq.Queue(%q) given, but queue %q has %d shards and the client picks the shard from the task id", q, c.queue, l.Shards)
+		}
+		if id == "" {
+			id = uuid.NewString()
+			opts = append(slices.Clip(opts), asynq.TaskID(id))
+		}
+		queue = l.QueueFor(id)
+	} else if q := optValue(opts, asynq.QueueOpt); q != "" {
+		queue = q
+	}
+	// Within the previous layout's retention the id may be there already:
+	// re-enqueuing it must stay a no-op.
+	if pq, ok := l.prevQueueFor(id, time.Now()); ok && id != "" {
+		found, err := c.existing(pq, id, j)
+		if err != nil {
+			return "", err
+		}
+		if found {
+			return id, nil
+		}
+	}
 	all := append([]asynq.Option{
-		asynq.Queue(c.queue),
+		asynq.Queue(queue),
 		asynq.Retention(c.retention),
 		asynq.MaxRetry(c.maxRetry),
 		asynq.Timeout(c.timeout),
@@ -106,13 +167,13 @@ func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (stri
 	info, err := c.c.EnqueueContext(ctx, asynq.NewTask(TaskType, payload), all...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		id, queue := optValue(all, asynq.TaskIDOpt), optValue(all, asynq.QueueOpt)
-		if err := c.sameJob(queue, id, j); err != nil {
+		if _, err := c.existing(queue, id, j); err != nil {
 			return "", err
 		}
 		return id, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("enqueue to queue %q: %w", c.queue, err)
+		return "", fmt.Errorf("enqueue to queue %q: %w", queue, err)
 	}
 	return info.ID, nil
 }
@@ -121,28 +182,29 @@ func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (stri
 // taken by a different job: the enqueue is not a retry of the earlier one.
 var ErrIDReused = errors.New("task id already used by a different job")
 
-// sameJob checks that the task already stored under id is the job j (its
-// inputs, output, eps and outputs; the enqueue time and signature may
-// differ), so that a retried enqueue is a no-op but reusing an id for
-// another job is an error rather than a silently lost job. A task that
-// vanished in between (its retention just ended) counts as the same job.
-func (c *Client) sameJob(queue, id string, j Job) error {
+// existing checks that the task stored under id in queue, if any, is the
+// job j (its inputs, output, eps and outputs; the enqueue time and
+// signature may differ), so that a retried enqueue is a no-op but reusing
+// an id for another job is an error rather than a silently lost job. found
+// is false when queue holds no such task (after a conflict: its retention
+// just ended, which counts as the same job).
+func (c *Client) existing(queue, id string, j Job) (found bool, err error) {
 	info, err := c.insp.GetTaskInfo(queue, id)
 	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("job %s: already enqueued; reading it back: %w", id, err)
+		return false, fmt.Errorf("job %s: already enqueued; reading it back: %w", id, err)
 	}
 	var prev Job
 	if err := json.Unmarshal(info.Payload, &prev); err != nil {
-		return fmt.Errorf("job %s in queue %q: %w (the stored task is not an rmsgrad job)", id, queue, ErrIDReused)
+		return true, fmt.Errorf("job %s in queue %q: %w (the stored task is not an rmsgrad job)", id, queue, ErrIDReused)
 	}
 	if info.Type != TaskType || prev.X != j.X || prev.W != j.W || prev.DY != j.DY || prev.Out != j.Out ||
 		prev.Eps != j.Eps || !slices.Equal(prev.WantOutputs(), j.WantOutputs()) {
-		return fmt.Errorf("job %s in queue %q: %w (stored: x %s, out %s)", id, queue, ErrIDReused, prev.X, prev.Out)
+		return true, fmt.Errorf("job %s in queue %q: %w (stored: x %s, out %s)", id, queue, ErrIDReused, prev.X, prev.Out)
 	}
-	return nil
+	return true, nil
 }
 
 // optValue returns the string value of the last option of type t.
@@ -156,7 +218,7 @@ func optValue(opts []asynq.Option, t asynq.OptionType) string {
 	return v
 }
 
-// Ping checks that Redis answers.
+// Ping checks that Redis answers (on a Cluster: one node).
 func (c *Client) Ping() error {
 	if err := c.c.Ping(); err != nil {
 		return fmt.Errorf("redis: %w", err)
@@ -201,14 +263,25 @@ func (e *JobFailedError) Error() string {
 	return fmt.Sprintf("job %s failed after %d retries: %s", e.ID, e.Retried, e.Msg)
 }
 
-// Status returns the job's current state.
+// Status returns the job's current state. The job is found from its id
+// alone: its shard under the current layout, else (within the previous
+// layout's retention) under the previous one.
 func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	info, err := c.insp.GetTaskInfo(c.queue, id)
-	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-		return nil, fmt.Errorf("job %s in queue %q: %w", id, c.queue, ErrJobNotFound)
+	l, err := c.Layout(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
+	}
+	queue := l.QueueFor(id)
+	info, err := c.insp.GetTaskInfo(queue, id)
+	if pq, ok := l.prevQueueFor(id, time.Now()); ok && isNotFound(err) {
+		queue = pq
+		info, err = c.insp.GetTaskInfo(queue, id)
+	}
+	if isNotFound(err) {
+		return nil, fmt.Errorf("job %s in queue %q: %w", id, queue, ErrJobNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("job %s: status: %w", id, err)
@@ -230,6 +303,10 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 		s.State = StatePending
 	}
 	return s, nil
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)
 }
 
 // Wait polls until the job completes or fails, or ctx ends. A failed job

@@ -14,7 +14,11 @@
 //   - outage.go: what is an outage rather than the job's failure
 //     (IsFailure, for asynq), and the readiness Gate that holds jobs while
 //     a dependency is down;
-//   - metrics.go: the Prometheus collectors.
+//   - metrics.go: the Prometheus collectors;
+//   - shard.go, reshard.go, servers.go: sharded queues (a logical queue
+//     over N asynq queues on the masters of a Redis Cluster, the layout
+//     record in Redis, the reshard, and the worker's asynq servers, one per
+//     shard); redisconn.go: the Cluster connection (docs/scaling.md).
 //
 // Each tensor keeps its own dtype (F32, BF16 or F16): inputs as their
 // headers say, dx and dw like x and w unless the job's grad_dtype names one

@@ -18,6 +18,7 @@ apt_install() {
 
 log "dependencies"
 command -v redis-server >/dev/null || apt_install redis-server
+command -v redis-cli >/dev/null || apt_install redis-tools # redis-cli --cluster create joins the test clusters
 command -v g++ >/dev/null || apt_install g++
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
 # The half-precision interop test (cmd/enqueue TestTorchInterop): torch
@@ -39,6 +40,7 @@ if ! command -v minio >/dev/null || ! go version -m "$(command -v minio)" 2>/dev
 	(cd /tmp && go install "github.com/minio/minio@${MINIO_VERSION}")
 fi
 export RMSGRAD_REDIS_SERVER="$(command -v redis-server)"
+export RMSGRAD_REDIS_CLI="$(command -v redis-cli)"
 export RMSGRAD_VERSITYGW="$(command -v versitygw)"
 export RMSGRAD_MINIO="$(command -v minio)"
 export RMSGRAD_PYTHON=/usr/bin/python3

@@ -28,6 +28,9 @@ type options struct {
 	inproc      string
 	variantEnv  string
 	timeout     time.Duration
+	// The cluster section (cluster.go).
+	clusterReplicas int
+	noopWorker      string
 }
 
 func main() {
@@ -44,14 +47,27 @@ func main() {
 	flag.StringVar(&o.variantEnv, "variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the small load (alternated), e.g. GOGC=400")
 	flag.StringVar(&o.inproc, "inproc-backend", "cpu", "compute backend of the in-process runs (the profile, the I/O floor): cpu, cuda on a host with an NVIDIA GPU, or metal on a Mac (bin/worker picks its own: auto)")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
-	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load)")
+	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load), or cluster (alone: Redis Cluster per-node costs and shard scaling, report/cluster.md)")
+	flag.IntVar(&o.clusterReplicas, "cluster-replicas", 0, "with -only cluster: replicas per master (0: masters only)")
+	flag.StringVar(&o.noopWorker, "noop-worker", "", "internal to -only cluster: run as a no-op worker process on these Redis Cluster seed nodes")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
 	flag.Parse()
+	if o.noopWorker != "" {
+		if err := runNoopWorker(o.noopWorker, o.concurrency); err != nil {
+			slog.Error("noop worker", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	if err := run(ctx, o); err != nil {
+	runSection := run
+	if o.only == "cluster" {
+		runSection = runCluster
+	}
+	if err := runSection(ctx, o); err != nil {
 		slog.Error("bench failed", "err", err)
 		os.Exit(1)
 	}

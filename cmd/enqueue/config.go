@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +17,19 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rmsgrad/rmsgrad/internal/devstate"
+	"github.com/rmsgrad/rmsgrad/jobs"
 )
+
+// splitAddrs splits a comma-separated address list, dropping blanks.
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
 
 // config is the CLI's connection settings. Precedence: flags, then
 // environment, then the YAML file (--config, default configs/enqueue.yaml
@@ -36,8 +49,14 @@ type config struct {
 		// itself comes from RMSGRAD_REDIS_PASSWORD or this file.
 		PasswordFile string `yaml:"password_file"`
 		TLS          bool   `yaml:"tls"`
+		// ClusterAddrs are seed nodes of a Redis Cluster (host:port);
+		// when set they replace addr.
+		ClusterAddrs []string `yaml:"cluster_addrs"`
 	} `yaml:"redis"`
-	Queue     string        `yaml:"queue"`
+	Queue string `yaml:"queue"`
+	// Shards is the shard count the CLI expects the queue to have; 0
+	// follows the count recorded in Redis.
+	Shards    int           `yaml:"shards"`
 	Retention time.Duration `yaml:"retention"`
 	MaxRetry  int           `yaml:"max_retry"`
 	Timeout   time.Duration `yaml:"timeout"`
@@ -86,14 +105,39 @@ func defaultConfig() config {
 
 // connFlags are the flags every subcommand shares.
 type connFlags struct {
-	configPath, redis, queue, root, uploadPrefix, devDir string
-	json                                                 bool
+	configPath, redis, cluster, queue, root, uploadPrefix, devDir string
+	shards                                                        optInt
+	json                                                          bool
+}
+
+// optInt is an int flag that knows whether it was given.
+type optInt struct {
+	v   int
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.v)
+}
+
+func (o *optInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return err
+	}
+	o.v, o.set = n, true
+	return nil
 }
 
 func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.configPath, "config", "", "YAML config file (default configs/enqueue.yaml if present)")
 	fs.StringVar(&f.redis, "redis", "", "Redis address host:port or redis[s]:// URL (env RMSGRAD_REDIS_ADDR)")
+	fs.StringVar(&f.cluster, "redis-cluster", "", "Redis Cluster seed nodes host:port,host:port,... (env RMSGRAD_REDIS_CLUSTER_ADDRS)")
 	fs.StringVar(&f.queue, "queue", "", "queue name (env RMSGRAD_QUEUE; default rmsnorm)")
+	fs.Var(&f.shards, "shards", "`N` shards expected of the queue; 0 (the default) follows the count recorded in Redis (env RMSGRAD_SHARDS)")
 	fs.StringVar(&f.root, "root", "", "file store root for file:// URIs (env RMSGRAD_FILE_ROOT)")
 	fs.StringVar(&f.uploadPrefix, "upload-prefix", "", "where local files are uploaded: s3://bucket/prefix/ or file:///dir/ (env RMSGRAD_UPLOAD_PREFIX)")
 	fs.StringVar(&f.devDir, "dev-dir", "", "use the dev worker (worker --dev) of this directory: its Redis and file root (env RMSGRAD_DEV_DIR; ./rmsgrad-dev is looked at when no Redis address is set)")
@@ -141,6 +185,9 @@ func loadConfig(f *connFlags) (config, error) {
 		if set.Redis.Addr != nil {
 			c.redisFrom = "redis.addr in " + path
 		}
+		if len(c.Redis.ClusterAddrs) > 0 {
+			c.redisFrom = "redis.cluster_addrs in " + path
+		}
 	} else if explicit {
 		return c, fmt.Errorf("config: %w", err)
 	}
@@ -154,6 +201,25 @@ func loadConfig(f *connFlags) (config, error) {
 	}
 	if f.redis != "" {
 		c.redisFrom = "flag --redis"
+	}
+	if v := os.Getenv("RMSGRAD_REDIS_CLUSTER_ADDRS"); v != "" {
+		c.Redis.ClusterAddrs, c.redisFrom = splitAddrs(v), "env RMSGRAD_REDIS_CLUSTER_ADDRS"
+	}
+	if f.cluster != "" {
+		c.Redis.ClusterAddrs, c.redisFrom = splitAddrs(f.cluster), "flag --redis-cluster"
+	}
+	if len(c.Redis.ClusterAddrs) == 0 {
+		c.Redis.ClusterAddrs = nil // "cluster_addrs: []" is no cluster
+	}
+	if v := os.Getenv("RMSGRAD_SHARDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return c, fmt.Errorf("config: shards (from RMSGRAD_SHARDS=%q): %w", v, err)
+		}
+		c.Shards = n
+	}
+	if f.shards.set {
+		c.Shards = f.shards.v
 	}
 	env("RMSGRAD_REDIS_ADDR", &c.Redis.Addr)
 	env("RMSGRAD_REDIS_USERNAME", &c.Redis.Username)
@@ -209,8 +275,14 @@ func loadConfig(f *connFlags) (config, error) {
 	}
 	c.Storage.accessKey = os.Getenv("RMSGRAD_S3_ACCESS_KEY")
 	c.Storage.secretKey = os.Getenv("RMSGRAD_S3_SECRET_KEY")
-	if c.Queue == "" {
-		return c, errors.New("config: queue: must not be empty")
+	if err := jobs.ValidateQueueName(c.Queue); err != nil {
+		return c, fmt.Errorf("config: queue: %w", err)
+	}
+	if c.Shards < 0 {
+		return c, fmt.Errorf("config: shards: must be >= 0 (0: as recorded in Redis), got %d", c.Shards)
+	}
+	if len(c.Redis.ClusterAddrs) > 0 && c.Redis.DB != 0 {
+		return c, fmt.Errorf("config: redis.db: a Redis Cluster has only database 0, got %d", c.Redis.DB)
 	}
 	if c.Retention <= 0 {
 		return c, fmt.Errorf("config: retention: must be > 0, got %v (asynq deletes a result at once without it, and wait could not read it)", c.Retention)
@@ -240,6 +312,9 @@ func secret(envVar, file, key string) (string, error) {
 // redisShown is the Redis address as errors show it: a URL's password is
 // redacted.
 func (c *config) redisShown() string {
+	if len(c.Redis.ClusterAddrs) > 0 {
+		return "cluster " + strings.Join(c.Redis.ClusterAddrs, ",")
+	}
 	if u, err := url.Parse(c.Redis.Addr); err == nil && u.User != nil {
 		return u.Redacted()
 	}
@@ -248,6 +323,14 @@ func (c *config) redisShown() string {
 
 // redisOpt turns the Redis settings into asynq's connection option.
 func (c *config) redisOpt() (asynq.RedisConnOpt, error) {
+	if len(c.Redis.ClusterAddrs) > 0 {
+		o := jobs.ClusterOpt{RedisClusterClientOpt: asynq.RedisClusterClientOpt{Addrs: c.Redis.ClusterAddrs,
+			Username: c.Redis.Username, Password: c.password}}
+		if c.Redis.TLS {
+			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		return o, nil
+	}
 	addr := c.Redis.Addr
 	if strings.HasPrefix(addr, "redis://") || strings.HasPrefix(addr, "rediss://") {
 		opt, err := asynq.ParseRedisURI(addr)

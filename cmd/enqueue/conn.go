@@ -22,7 +22,7 @@ func openClient(c config) (*jobs.Client, error) {
 		return nil, err
 	}
 	opts := []jobs.ClientOption{jobs.WithQueue(c.Queue), jobs.WithRetention(c.Retention),
-		jobs.WithMaxRetry(c.MaxRetry), jobs.WithTimeout(c.Timeout)}
+		jobs.WithMaxRetry(c.MaxRetry), jobs.WithTimeout(c.Timeout), jobs.WithShards(c.Shards)}
 	if c.signingKey != nil {
 		opts = append(opts, jobs.WithSigningKey(c.signingKey))
 	}

@@ -6,6 +6,8 @@
 //	enqueue wait   ID...
 //	enqueue status ID
 //	enqueue result ID
+//	enqueue shards
+//	enqueue reshard --to N
 //
 // Connection settings come from flags, the environment (RMSGRAD_REDIS_ADDR,
 // RMSGRAD_REDIS_PASSWORD, ...) or configs/enqueue.yaml; with no Redis
@@ -35,11 +37,14 @@ commands:
   wait     wait for jobs to finish, with progress, and print a summary
   status   print a job's state
   result   print a completed job's result
+  shards   print the queue's shards, their Redis Cluster nodes and counts
+  reshard  move the queue to another number of shards (drains the old ones)
 
 Run 'enqueue <command> -h' for its flags. Every command takes --json.
 
 Connection settings: flags, then the environment (RMSGRAD_REDIS_ADDR,
-RMSGRAD_QUEUE, RMSGRAD_FILE_ROOT, RMSGRAD_UPLOAD_PREFIX, RMSGRAD_S3_ENDPOINT),
+RMSGRAD_REDIS_CLUSTER_ADDRS, RMSGRAD_QUEUE, RMSGRAD_SHARDS, RMSGRAD_FILE_ROOT,
+RMSGRAD_UPLOAD_PREFIX, RMSGRAD_S3_ENDPOINT),
 then the config file (--config, RMSGRAD_ENQUEUE_CONFIG, else
 configs/enqueue.yaml when present). When none of them sets a Redis address,
 a dev worker (worker --dev) started in this directory is found through
@@ -93,6 +98,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdStatus(ctx, args[1:], stdout, stderr)
 	case "result":
 		err = cmdResult(ctx, args[1:], stdout, stderr)
+	case "shards":
+		err = cmdShards(ctx, args[1:], stdout, stderr)
+	case "reshard":
+		err = cmdReshard(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/internal/devstate"
+	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage/s3"
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
@@ -31,6 +32,7 @@ type Config struct {
 	Concurrency    int            `yaml:"concurrency"` // asynq handler goroutines
 	Procs          int            `yaml:"procs"`       // GOMAXPROCS; 0 = Go's default (the CPUs the process may use)
 	Queues         map[string]int `yaml:"queues"`      // queue -> priority weight
+	Shards         int            `yaml:"shards"`      // asynq queues per logical queue; 0 = as recorded in Redis
 	StrictPrio     bool           `yaml:"strict_priority"`
 	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
 	RetryBase      time.Duration  `yaml:"retry_base"`
@@ -82,6 +84,7 @@ type RedisConfig struct {
 	CAFile         string   `yaml:"ca_file"`
 	SentinelMaster string   `yaml:"sentinel_master"` // set to use Sentinel failover
 	SentinelAddrs  []string `yaml:"sentinel_addrs"`
+	ClusterAddrs   []string `yaml:"cluster_addrs"` // seed nodes of a Redis Cluster; replaces addr, url and sentinel
 }
 
 // StorageConfig says which stores the worker may read and write.
@@ -217,6 +220,8 @@ func loadConfigTo(args []string, getenv func(string) string, stdout, stderr io.W
 	printCfg := fs.Bool("print-config", false, "print the effective configuration (secrets redacted) and exit")
 	dev := fs.Bool("dev", false, "dev mode: embedded Redis and a local-disk store; nothing to install")
 	redis := fs.String("redis", "", "Redis host:port, or a redis:// / rediss:// URL")
+	redisCluster := fs.String("redis-cluster", "", "Redis Cluster seed nodes, host:port,host:port,...")
+	shards := fs.Int("shards", 0, "shards per queue this worker expects (0: as recorded in Redis)")
 	backend := fs.String("backend", "", "compute backend: auto|cpu|metal|cuda")
 	conc := fs.Int("concurrency", 0, "handler goroutines")
 	procs := fs.Int("procs", 0, "GOMAXPROCS: threads running Go code at once (0: Go's default)")
@@ -258,6 +263,10 @@ func loadConfigTo(args []string, getenv func(string) string, stdout, stderr io.W
 			} else {
 				cfg.Redis.Addr = *redis
 			}
+		case "redis-cluster":
+			cfg.Redis.ClusterAddrs = splitAddrs(*redisCluster)
+		case "shards":
+			cfg.Shards = *shards
 		case "backend":
 			cfg.Backend = *backend
 		case "concurrency":
@@ -298,6 +307,7 @@ var envVars = []struct{ env, key string }{
 	{"RMSGRAD_S3_ENDPOINT", "storage.s3.endpoint"}, {"RMSGRAD_S3_REGION", "storage.s3.region"},
 	{"RMSGRAD_BATCH_MAX_JOBS", "batch.max_jobs"}, {"RMSGRAD_BATCH_MAX_WAIT", "batch.max_wait"},
 	{"RMSGRAD_DEV_REDIS_ADDR", "dev.redis_addr"}, {"RMSGRAD_DEV_DIR", "dev.dir"},
+	{"RMSGRAD_REDIS_CLUSTER_ADDRS", "redis.cluster_addrs"}, {"RMSGRAD_SHARDS", "shards"},
 }
 
 func applyEnv(cfg *Config, getenv func(string) string) error {
@@ -346,6 +356,10 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 			cfg.Dev.RedisAddr = v
 		case "dev.dir":
 			cfg.Dev.Dir = v
+		case "redis.cluster_addrs":
+			cfg.Redis.ClusterAddrs = splitAddrs(v)
+		case "shards":
+			cfg.Shards, err = strconv.Atoi(v)
 		}
 		if err != nil {
 			return fmt.Errorf("config: %s (from %s=%q): %w", e.key, e.env, v, err)
@@ -426,6 +440,9 @@ func (c *Config) validate() error {
 		if q == "" || p <= 0 {
 			return bad("queues", "queue %q: priority must be > 0, got %d", q, p)
 		}
+		if err := jobs.ValidateQueueName(q); err != nil {
+			return bad("queues", "%v", err)
+		}
 	}
 	if c.Shutdown <= 0 {
 		return bad("shutdown_timeout", "must be > 0, got %v", c.Shutdown)
@@ -473,6 +490,12 @@ func (c *Config) validate() error {
 	}
 	if (c.Redis.SentinelMaster == "") != (len(c.Redis.SentinelAddrs) == 0) {
 		return bad("redis.sentinel_master", "sentinel_master and sentinel_addrs go together")
+	}
+	if err := c.Redis.validateCluster(); err != nil {
+		return err
+	}
+	if c.Shards < 0 {
+		return bad("shards", "must be >= 0 (0: as recorded in Redis), got %d", c.Shards)
 	}
 	if c.Dev.Enabled && c.Dev.RedisAddr == "" {
 		return bad("dev.redis_addr", "must be set in dev mode")

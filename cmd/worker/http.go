@@ -16,13 +16,15 @@ import (
 
 // queueCollector reports queue depth through asynq's Inspector at scrape
 // time, so the numbers are Redis's, not a cached guess.
+// The queues are the asynq queues the worker serves now: the shards of
+// each logical queue (the logical queue itself when unsharded).
 type queueCollector struct {
 	insp   *asynq.Inspector
-	queues []string
+	queues func() []string
 	desc   *prometheus.Desc
 }
 
-func newQueueCollector(insp *asynq.Inspector, queues []string) *queueCollector {
+func newQueueCollector(insp *asynq.Inspector, queues func() []string) *queueCollector {
 	return &queueCollector{insp: insp, queues: queues, desc: prometheus.NewDesc(
 		"rmsgrad_queue_tasks", "Tasks in each asynq queue by state (from asynq.Inspector).", []string{"queue", "state"}, nil)}
 }
@@ -30,7 +32,7 @@ func newQueueCollector(insp *asynq.Inspector, queues []string) *queueCollector {
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, q := range c.queues {
+	for _, q := range c.queues() {
 		info, err := c.insp.GetQueueInfo(q)
 		if err != nil {
 			continue // a queue nobody enqueued to yet does not exist

@@ -13,12 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"syscall"
 	"time"
 
@@ -133,9 +131,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	srv := asynq.NewServer(redis, asynq.Config{
+	srv := jobs.NewServers(redis, jobs.ServersConfig{Queues: cfg.Queues, Shards: cfg.Shards, Logger: log, Server: asynq.Config{
 		Concurrency:    cfg.Concurrency,
-		Queues:         cfg.Queues,
 		StrictPriority: cfg.StrictPrio,
 		RetryDelayFunc: jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
 		// An outage (storage down, Redis gone while a result is written,
@@ -153,14 +150,23 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 		DelayedTaskCheckInterval: time.Second,
 		Logger:                   logs.Asynq(log),
 		LogLevel:                 asynq.WarnLevel,
-	})
+	}})
 	insp := asynq.NewInspector(redis)
 	defer insp.Close()
-	reg.MustRegister(newQueueCollector(insp, slices.Sorted(maps.Keys(cfg.Queues))))
-	// Readiness follows Redis and storage: a background probe, so /readyz
-	// reports an outage while it lasts and answers at once.
+	reg.MustRegister(newQueueCollector(insp, srv.Queues))
+	// Readiness follows Redis, the queue layout and storage: a background
+	// probe, so /readyz reports an outage while it lasts and answers at
+	// once. On a Cluster every master is pinged and one that does not
+	// answer is named.
+	redisCheck := func(context.Context) error { return srv.Ping() }
+	if co, ok := redis.(jobs.ClusterOpt); ok {
+		cp := newClusterProbe(co.RedisClusterClientOpt)
+		defer cp.Close()
+		redisCheck = cp.check
+	}
 	probes := newProber(reg, log,
-		depCheck{"redis", func(context.Context) error { return srv.Ping() }},
+		depCheck{"redis", redisCheck},
+		depCheck{"queue layout", func(context.Context) error { return srv.Err() }},
 		depCheck{"storage", store.Ping})
 	probes.gate = gate
 	go probes.run(ctx)
@@ -178,10 +184,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	}
 	mux := asynq.NewServeMux()
 	h.Register(mux)
-	if err := srv.Start(mux); err != nil {
+	if err := srv.Start(ctx, mux); err != nil {
 		return fmt.Errorf("asynq server: %w", err)
 	}
-	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues,
+	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues, "asynq_queues", srv.Queues(),
 		"concurrency", cfg.Concurrency, "gomaxprocs", runtime.GOMAXPROCS(0), "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes, "go_memory_limit", memLimit)
 	if cfg.Dev.Enabled {
 		// Written once jobs are served, so that a CLI (or scripts/demo.sh)
@@ -232,6 +238,10 @@ func redisOpt(cfg Config) (asynq.RedisConnOpt, error) {
 		}
 	}
 	pw := cfg.secrets.RedisPassword
+	if len(rc.ClusterAddrs) > 0 {
+		return jobs.ClusterOpt{RedisClusterClientOpt: asynq.RedisClusterClientOpt{Addrs: rc.ClusterAddrs,
+			Username: rc.Username, Password: pw, TLSConfig: tlsCfg}}, nil
+	}
 	if rc.SentinelMaster != "" {
 		return asynq.RedisFailoverClientOpt{MasterName: rc.SentinelMaster, SentinelAddrs: rc.SentinelAddrs,
 			Username: rc.Username, Password: pw, DB: rc.DB, TLSConfig: tlsCfg}, nil

@@ -87,11 +87,12 @@ func (p *prober) probe(ctx context.Context) {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			err := d.check(cctx)
+			timedOut := cctx.Err() != nil // before cancel, which sets it too
 			cancel()
 			if ctx.Err() != nil {
 				return // shutting down: not an outage
 			}
-			if err != nil && cctx.Err() != nil {
+			if err != nil && timedOut {
 				err = fmt.Errorf("no answer within %v: %w", probeTimeout, err)
 			}
 			p.record(d.name, err)
