@@ -33,7 +33,7 @@ func TestClusterConfig(t *testing.T) {
 		{"with sentinel", "redis:\n  sentinel_master: m\n  sentinel_addrs: [h:1]\n  cluster_addrs: [127.0.0.1:7000]\n", nil, "has no Sentinel"},
 		{"db", "redis:\n  db: 2\n  cluster_addrs: [127.0.0.1:7000]\n", nil, "only database 0"},
 		{"not host:port", "redis:\n  cluster_addrs: [redis://h:1]\n", nil, "is not host:port"},
-		{"negative shards", "shards: -1\n", nil, "shards: must be >= 0"},
+		{"negative shards", "shards: -1\n", nil, "shards (RMSGRAD_SHARDS): must be >= 0"},
 		{"brace in queue", "queues: {\"a{b}\": 1}\n", nil, "contains a brace"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
