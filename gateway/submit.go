@@ -1,0 +1,223 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/rmsgrad/rmsgrad/jobs"
+)
+
+// idPattern is what a client-chosen job id may look like: it goes into
+// URLs and Redis keys as it is.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+func checkID(id string) *apiError {
+	if !idPattern.MatchString(id) {
+		return newErr(http.StatusBadRequest, CodeInvalidRequest, "job id %q: want 1-128 of A-Z a-z 0-9 . _ : - starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// submitted is the answer to a job posted: its id and queue.
+type submitted struct {
+	ID    string `json:"id"`
+	Queue string `json:"queue"`
+}
+
+// submit is POST /v1/jobs[?id=ID]: the body is the job, exactly the queue
+// payload's schema.
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) *apiError {
+	id := r.URL.Query().Get("id")
+	if id != "" {
+		if e := checkID(id); e != nil {
+			return e
+		}
+	}
+	body, e := s.readBody(w, r, min(s.cfg.MaxBodyBytes, jobs.MaxPayloadBytes))
+	if e != nil {
+		return e
+	}
+	got, e := s.enqueue(r.Context(), id, body)
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusAccepted, submitted{ID: got, Queue: s.cfg.Client.Queue()})
+	return nil
+}
+
+// batchRequest is POST /v1/jobs/batch's body.
+type batchRequest struct {
+	Jobs []batchItem `json:"jobs"`
+}
+
+type batchItem struct {
+	ID  string          `json:"id"`
+	Job json.RawMessage `json:"job"`
+}
+
+// batchAnswer is one job's answer in a batch: Status is the code the job
+// would have had on its own (202 enqueued).
+type batchAnswer struct {
+	Index  int       `json:"index"`
+	ID     string    `json:"id,omitempty"`
+	Queue  string    `json:"queue,omitempty"`
+	Status int       `json:"status"`
+	Error  *apiError `json:"error,omitempty"`
+}
+
+// enqueueParallel is how many jobs of one batch are enqueued at once: each
+// is a Redis round trip.
+const enqueueParallel = 32
+
+// submitBatch is POST /v1/jobs/batch: each job is decoded, checked and
+// enqueued on its own, and answered in order; one bad job does not stop
+// the others.
+func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) *apiError {
+	body, e := s.readBody(w, r, s.cfg.MaxBodyBytes)
+	if e != nil {
+		return e
+	}
+	var req batchRequest
+	if e := decodeStrict(body, &req); e != nil {
+		return e
+	}
+	if len(req.Jobs) == 0 {
+		return newErr(http.StatusBadRequest, CodeInvalidRequest, "jobs: the batch is empty")
+	}
+	if len(req.Jobs) > s.cfg.MaxBatch {
+		return newErr(http.StatusRequestEntityTooLarge, CodeTooLarge, "batch of %d jobs, limit %d (limits.max_batch)", len(req.Jobs), s.cfg.MaxBatch)
+	}
+	out := make([]batchAnswer, len(req.Jobs))
+	sem := make(chan struct{}, enqueueParallel)
+	var wg sync.WaitGroup
+	for i, it := range req.Jobs {
+		out[i] = batchAnswer{Index: i, ID: it.ID}
+		if it.ID != "" {
+			if e := checkID(it.ID); e != nil {
+				out[i].Status, out[i].Error = e.Status, e
+				continue
+			}
+		}
+		if len(it.Job) == 0 {
+			e := newErr(http.StatusBadRequest, CodeInvalidRequest, "jobs[%d]: no job object", i)
+			out[i].Status, out[i].Error = e.Status, e
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			id, e := s.enqueue(r.Context(), it.ID, it.Job)
+			if e != nil {
+				out[i].Status, out[i].Error = e.Status, e
+				return
+			}
+			out[i].ID, out[i].Queue, out[i].Status = id, s.cfg.Client.Queue(), http.StatusAccepted
+		})
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, struct {
+		Jobs []batchAnswer `json:"jobs"`
+	}{out})
+	return nil
+}
+
+// enqueue decodes payload strictly (jobs.Decode, the worker's own
+// decoder), checks its URIs against the allow-list, and enqueues it under
+// id ("" lets asynq choose one).
+func (s *Server) enqueue(ctx context.Context, id string, payload []byte) (string, *apiError) {
+	j, err := jobs.Decode(payload)
+	if err != nil {
+		s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
+		return "", jobError(id, namedJobError(id, "", "", err))
+	}
+	if s.cfg.Store != nil {
+		for _, in := range [...]struct {
+			name, uri string
+			write     bool
+		}{{"x", j.X, false}, {"w", j.W, false}, {"dy", j.DY, false}, {"out", j.Out, true}} {
+			if err := s.cfg.Store.Check(in.uri, in.write); err != nil {
+				s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
+				return "", jobError(id, namedJobError(id, in.name, in.uri, err))
+			}
+		}
+	}
+	var opts []asynq.Option
+	if id != "" {
+		opts = append(opts, asynq.TaskID(id))
+	}
+	got, err := s.cfg.Client.Enqueue(ctx, j, opts...)
+	if err != nil {
+		e := jobError(id, err)
+		if e.Status == http.StatusServiceUnavailable {
+			s.metrics.jobs.WithLabelValues(outcomeError).Inc()
+			s.log.Warn("enqueue failed", "job", id, "err", err)
+		} else {
+			s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
+		}
+		return "", e
+	}
+	s.metrics.jobs.WithLabelValues(outcomeEnqueued).Inc()
+	return got, nil
+}
+
+// namedJobError is the worker's error for a job: jobs.NewJobError, whose
+// message starts "job <id>: "; a job posted without an id has none to
+// name, and its message starts at the tensor.
+func namedJobError(id, tensor, uri string, err error) error {
+	je := jobs.NewJobError(id, tensor, uri, err)
+	if id != "" {
+		return je
+	}
+	return &anonJobError{je}
+}
+
+type anonJobError struct{ je *jobs.JobError }
+
+func (e *anonJobError) Error() string { return strings.TrimPrefix(e.je.Error(), "job : ") }
+func (e *anonJobError) Unwrap() error { return e.je }
+
+// readBody reads a request body of at most limit bytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apiError) {
+	tooLarge := func() *apiError {
+		return newErr(http.StatusRequestEntityTooLarge, CodeTooLarge, "request body over %d bytes, the limit of %s %s", limit, r.Method, r.URL.Path)
+	}
+	if r.ContentLength > limit {
+		return nil, tooLarge()
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, tooLarge()
+	}
+	if err != nil {
+		return nil, newErr(http.StatusBadRequest, CodeInvalidRequest, "reading the request body: %v", err)
+	}
+	return b, nil
+}
+
+// decodeStrict decodes one JSON object into v: unknown fields and trailing
+// data are errors, as in the queue payload.
+func decodeStrict(body []byte, v any) *apiError {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return newErr(http.StatusBadRequest, CodeInvalidRequest, "malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return newErr(http.StatusBadRequest, CodeInvalidRequest, "malformed JSON body: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// String makes an apiError print as its message in logs.
+func (e *apiError) String() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
