@@ -405,4 +405,3 @@ func printConfig(w io.Writer, c Config) error {
 	}
 	return nil
 }
-
