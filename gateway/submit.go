@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 
@@ -17,12 +16,27 @@ import (
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
-// idPattern is what a client-chosen job id may look like: it goes into
+// validID reports whether a client-chosen job id has the form
+// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$ (openapi.yaml's JobID): it goes into
 // URLs and Redis keys as it is.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == ':' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 func checkID(id string) *apiError {
-	if !idPattern.MatchString(id) {
+	if !validID(id) {
 		return newErr(http.StatusBadRequest, CodeInvalidRequest, "job id %q: want 1-128 of A-Z a-z 0-9 . _ : - starting with a letter or digit", id)
 	}
 	return nil
@@ -88,8 +102,11 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) *apiError {
 		return e
 	}
 	var req batchRequest
-	if e := decodeStrict(body, &req); e != nil {
-		return e
+	fast := false
+	if req.Jobs, fast = splitBatch(body); !fast {
+		if e := decodeStrict(body, &req); e != nil {
+			return e
+		}
 	}
 	if len(req.Jobs) == 0 {
 		return newErr(http.StatusBadRequest, CodeInvalidRequest, "jobs: the batch is empty")
@@ -98,25 +115,35 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) *apiError {
 		return newErr(http.StatusRequestEntityTooLarge, CodeTooLarge, "batch of %d jobs, limit %d (limits.max_batch)", len(req.Jobs), s.cfg.MaxBatch)
 	}
 	out := make([]batchAnswer, len(req.Jobs))
+	js := make([]jobs.Job, len(req.Jobs))
+	for i, it := range req.Jobs {
+		out[i] = batchAnswer{Index: i, ID: it.ID}
+		var e *apiError
+		switch {
+		case it.ID != "" && !validID(it.ID):
+			e = checkID(it.ID)
+		case len(it.Job) == 0:
+			e = newErr(http.StatusBadRequest, CodeInvalidRequest, "jobs[%d]: no job object", i)
+		default:
+			js[i], e = s.check(it.ID, it.Job)
+			if e != nil && fast && !json.Valid(body) {
+				return decodeStrict(body, &req) // the body, not just this job, is malformed
+			}
+		}
+		if e != nil {
+			out[i].Status, out[i].Error = e.Status, e
+		}
+	}
 	sem := make(chan struct{}, enqueueParallel)
 	var wg sync.WaitGroup
 	for i, it := range req.Jobs {
-		out[i] = batchAnswer{Index: i, ID: it.ID}
-		if it.ID != "" {
-			if e := checkID(it.ID); e != nil {
-				out[i].Status, out[i].Error = e.Status, e
-				continue
-			}
-		}
-		if len(it.Job) == 0 {
-			e := newErr(http.StatusBadRequest, CodeInvalidRequest, "jobs[%d]: no job object", i)
-			out[i].Status, out[i].Error = e.Status, e
+		if out[i].Error != nil {
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			id, e := s.enqueue(r.Context(), it.ID, it.Job)
+			id, e := s.enqueueJob(r.Context(), it.ID, js[i])
 			if e != nil {
 				out[i].Status, out[i].Error = e.Status, e
 				return
@@ -135,10 +162,19 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) *apiError {
 // decoder), checks its URIs against the allow-list, and enqueues it under
 // id ("" lets asynq choose one).
 func (s *Server) enqueue(ctx context.Context, id string, payload []byte) (string, *apiError) {
+	j, e := s.check(id, payload)
+	if e != nil {
+		return "", e
+	}
+	return s.enqueueJob(ctx, id, j)
+}
+
+// check decodes payload strictly and applies the allow-list.
+func (s *Server) check(id string, payload []byte) (jobs.Job, *apiError) {
 	j, err := jobs.Decode(payload)
 	if err != nil {
 		s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
-		return "", jobError(id, namedJobError(id, "", "", err))
+		return j, jobError(id, namedJobError(id, "", "", err))
 	}
 	if s.cfg.Store != nil {
 		for _, in := range [...]struct {
@@ -147,10 +183,15 @@ func (s *Server) enqueue(ctx context.Context, id string, payload []byte) (string
 		}{{"x", j.X, false}, {"w", j.W, false}, {"dy", j.DY, false}, {"out", j.Out, true}} {
 			if err := s.cfg.Store.Check(in.uri, in.write); err != nil {
 				s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
-				return "", jobError(id, namedJobError(id, in.name, in.uri, err))
+				return j, jobError(id, namedJobError(id, in.name, in.uri, err))
 			}
 		}
 	}
+	return j, nil
+}
+
+// enqueueJob enqueues a checked job under id ("" lets asynq choose one).
+func (s *Server) enqueueJob(ctx context.Context, id string, j jobs.Job) (string, *apiError) {
 	var opts []asynq.Option
 	if id != "" {
 		opts = append(opts, asynq.TaskID(id))
