@@ -19,6 +19,8 @@ log "dependencies"
 command -v redis-server >/dev/null || apt_install redis-server
 command -v g++ >/dev/null || apt_install g++
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
+# The Python client's end-to-end tests (cmd/gateway) compare with torch autograd.
+/usr/bin/python3 -c 'import torch' 2>/dev/null || apt_install python3-torch
 VERSITYGW_VERSION=v1.8.0
 # versitygw built by go install reports "Version: git", so read the module
 # version the binary was built from instead.
