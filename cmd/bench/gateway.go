@@ -436,4 +436,3 @@ func cpuModel() string {
 	}
 	return "unknown"
 }
-
