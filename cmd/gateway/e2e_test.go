@@ -156,7 +156,7 @@ func runPython(t *testing.T, py string, env []string, skips int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "-v", "tests.test_safetensors", "tests.test_e2e")
 	cmd.Dir = dir

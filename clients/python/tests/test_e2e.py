@@ -82,7 +82,7 @@ class GatewayTest(unittest.TestCase):
             specs.append(dict(x=x.requires_grad_(True), w=w, dy=dy, eps=1e-5))
         jobs = self.c.submit_many(specs)
         enqueued(*[j.id for j in jobs])
-        results = self.c.wait_many(jobs, timeout=120)
+        results = self.c.wait_many(jobs, timeout=300)
         for s, res in zip(specs, results):
             self.assertIsInstance(res.dx, torch.Tensor)
             self.assertEqual(res.dx.dtype, torch.float32)
@@ -93,7 +93,7 @@ class GatewayTest(unittest.TestCase):
         x, w, dy = (t.numpy() for t in inputs((4, 512), seed=9))
         job = self.c.submit(x=x, w=w, dy=dy, eps=1e-6, outputs=["dx", "dw", "r"])
         enqueued(job.id)
-        res = job.wait(timeout=60)
+        res = job.wait(timeout=300)
         self.assertIsInstance(res.dx, np.ndarray)
         self.assertEqual(res.dx.dtype, np.float32)
         check(self, torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(dy), 1e-6,
@@ -111,7 +111,7 @@ class GatewayTest(unittest.TestCase):
             job = self.c.submit(x=x, w=w, dy=dy, eps=1e-5)
             enqueued(job.id)
             try:
-                res = job.wait(timeout=60)
+                res = job.wait(timeout=300)
             except rmsgrad.JobFailed as e:
                 self.assertIn(f"dtype {name}", str(e))
                 self.assertIn("supported", str(e))
@@ -134,7 +134,7 @@ class GatewayTest(unittest.TestCase):
         with self.assertRaises(rmsgrad.RmsgradError) as cm:
             self.c.submit_uris(x=obj + "#x", w=obj + "#w", dy=obj + "#dy", out=out, eps=1e-3, id=jid)
         self.assertError(cm, "id_conflict", 409, f"job {jid}", "already used by a different job")
-        res = self.c.wait(a, timeout=60)
+        res = self.c.wait(a, timeout=300)
         self.assertEqual(res.tensors, {}, "submit_uris jobs read nothing back unless asked")
         self.assertEqual(res.out, out)
         got = self.c.download(out)
@@ -176,7 +176,7 @@ class GatewayTest(unittest.TestCase):
         job = self.c.submit_uris(x=missing + "#x", w=missing + "#w", dy=missing + "#dy", out=missing + ".out", eps=1e-6)
         enqueued(job.id)
         with self.assertRaises(rmsgrad.JobFailed) as cm:
-            job.wait(timeout=60)
+            job.wait(timeout=300)
         self.assertIn(f"job {job.id}", str(cm.exception))
         self.assertIn(missing, str(cm.exception))
         self.assertIn("not found", str(cm.exception))
