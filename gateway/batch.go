@@ -10,9 +10,9 @@ import (
 // of the gateway's CPU on a batch (BenchmarkBatchSubmit). Each job's bytes
 // are returned as they are, for jobs.Decode. Anything else returns
 // ok=false and the caller decodes the body with encoding/json, which
-// reports what is wrong. A job's own bytes are only delimited here; a job
-// that jobs.Decode then refuses makes the caller check the whole body with
-// encoding/json too, so a malformed body is answered the same either way.
+// reports what is wrong. A job's own bytes are only delimited here, not
+// validated: the caller takes the split only for a body json.Valid
+// accepts, so a malformed body is answered the same either way.
 func splitBatch(body []byte) (items []batchItem, ok bool) {
 	s := jsonscan.Scanner{B: body}
 	if !s.Byte('{') {

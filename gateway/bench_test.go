@@ -2,10 +2,12 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -17,8 +19,8 @@ import (
 	"github.com/rmsgrad/rmsgrad/storage/file"
 )
 
-// BenchmarkBatchSubmit posts batches of 500 jobs to an in-process gateway
-// on a real redis-server; b.N counts jobs. cmd/bench's gateway section
+// BenchmarkBatchSubmit posts batches of 500 jobs, two requests at once, to
+// an in-process gateway on a real redis-server; b.N counts jobs. cmd/bench's gateway section
 // compares the built gateway with jobs.Client.Enqueue.
 func BenchmarkBatchSubmit(b *testing.B) {
 	r := testenv.Redis(b)
@@ -51,15 +53,58 @@ func BenchmarkBatchSubmit(b *testing.B) {
 		bb, _ := json.Marshal(map[string]any{"jobs": items})
 		return bb
 	}
-	b.ResetTimer()
+	var bodies [][]byte
 	for i := 0; i < b.N; i += per {
-		b.StopTimer()
-		bb := body(min(per, b.N-i), i)
-		b.StartTimer()
-		resp, err := http.Post(ts.URL+"/v1/jobs/batch", "application/json", bytes.NewReader(bb))
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatal(err, resp)
-		}
-		resp.Body.Close()
+		bodies = append(bodies, body(min(per, b.N-i), i))
 	}
+	next := make(chan []byte, len(bodies))
+	for _, bb := range bodies {
+		next <- bb
+	}
+	close(next)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 2 { // two requests at once, as cmd/bench's gateway section
+		wg.Go(func() {
+			for bb := range next {
+				resp, err := http.Post(ts.URL+"/v1/jobs/batch", "application/json", bytes.NewReader(bb))
+				if err != nil || resp.StatusCode != 200 {
+					b.Error(err, resp)
+					return
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkEnqueueDirect is BatchSubmit's baseline: the same jobs through
+// jobs.Client.Enqueue from 64 goroutines on a real redis-server; b.N
+// counts jobs.
+func BenchmarkEnqueueDirect(b *testing.B) {
+	r := testenv.Redis(b)
+	c := jobs.NewClient(asynq.RedisClientOpt{Addr: r.Addr})
+	defer c.Close()
+	root := b.TempDir()
+	next := make(chan int, b.N)
+	for i := range b.N {
+		next <- i
+	}
+	close(next)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for k := range next {
+				in := fmt.Sprintf("file://%s/in/%07d.safetensors", root, k)
+				j := jobs.Job{V: 1, X: in + "#x", W: in + "#w", DY: in + "#dy", Out: in + ".out", Eps: 1e-6}
+				if _, err := c.Enqueue(context.Background(), j, asynq.TaskID(fmt.Sprintf("d-%07d", k))); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
