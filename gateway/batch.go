@@ -11,8 +11,8 @@ import (
 // are returned as they are, for jobs.Decode. Anything else returns
 // ok=false and the caller decodes the body with encoding/json, which
 // reports what is wrong. A job's own bytes are only delimited here, not
-// validated: the caller takes the split only for a body json.Valid
-// accepts, so a malformed body is answered the same either way.
+// validated: when a job is refused, the caller checks the whole body with
+// json.Valid, so a malformed body is answered the same either way.
 func splitBatch(body []byte) (items []batchItem, ok bool) {
 	s := jsonscan.Scanner{B: body}
 	if !s.Byte('{') {

@@ -102,10 +102,8 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) *apiError {
 		return e
 	}
 	var req batchRequest
-	// The fast split delimits each job without validating its bytes: a
-	// body json.Valid refuses goes to encoding/json, which says why.
 	items, fast := splitBatch(body)
-	if fast && json.Valid(body) {
+	if fast {
 		req.Jobs = items
 	} else if e := decodeStrict(body, &req); e != nil {
 		return e
@@ -116,25 +114,45 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) *apiError {
 	if len(req.Jobs) > s.cfg.MaxBatch {
 		return newErr(http.StatusRequestEntityTooLarge, CodeTooLarge, "batch of %d jobs, limit %d (limits.max_batch)", len(req.Jobs), s.cfg.MaxBatch)
 	}
+	// Every job is decoded and checked before any is enqueued: the fast
+	// split delimits jobs without validating their bytes, so when one is
+	// refused the whole body must be valid JSON (json.Valid), else the
+	// answer is encoding/json's error for the body, as without the split.
 	out := make([]batchAnswer, len(req.Jobs))
+	js := make([]jobs.Job, len(req.Jobs))
+	validated := !fast
+	for i, it := range req.Jobs {
+		out[i] = batchAnswer{Index: i, ID: it.ID}
+		var e *apiError
+		switch {
+		case it.ID != "" && !validID(it.ID):
+			e = checkID(it.ID)
+		case len(it.Job) == 0:
+			e = newErr(http.StatusBadRequest, CodeInvalidRequest, "jobs[%d]: no job object", i)
+		default:
+			js[i], e = s.check(it.ID, it.Job)
+		}
+		if e == nil {
+			continue
+		}
+		if !validated {
+			if !json.Valid(body) {
+				return decodeStrict(body, &req)
+			}
+			validated = true
+		}
+		out[i].Status, out[i].Error = e.Status, e
+	}
 	sem := make(chan struct{}, enqueueParallel)
 	var wg sync.WaitGroup
 	for i, it := range req.Jobs {
-		out[i] = batchAnswer{Index: i, ID: it.ID}
-		if it.ID != "" && !validID(it.ID) {
-			e := checkID(it.ID)
-			out[i].Status, out[i].Error = e.Status, e
-			continue
-		}
-		if len(it.Job) == 0 {
-			e := newErr(http.StatusBadRequest, CodeInvalidRequest, "jobs[%d]: no job object", i)
-			out[i].Status, out[i].Error = e.Status, e
+		if out[i].Error != nil {
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			id, e := s.enqueue(r.Context(), it.ID, it.Job)
+			id, e := s.enqueueJob(r.Context(), it.ID, js[i])
 			if e != nil {
 				out[i].Status, out[i].Error = e.Status, e
 				return
