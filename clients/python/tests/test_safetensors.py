@@ -38,6 +38,28 @@ class CodecTest(unittest.TestCase):
             decode(struct.pack("<Q", 2) + b"[]")
 
 
+class StdlibOnlyTest(unittest.TestCase):
+    def test_core_needs_no_numpy_or_torch(self):
+        import os
+        import subprocess
+        import sys
+
+        code = (
+            "import sys; sys.modules['numpy'] = None; sys.modules['torch'] = None\n"
+            "import struct, rmsgrad\n"
+            "from rmsgrad.safetensors import encode, decode\n"
+            "from rmsgrad.client import _default_kind\n"
+            "t = rmsgrad.RawTensor('F32', (2,), struct.pack('<2f', 1, 2))\n"
+            "assert decode(encode({'x': t}))[0]['x'] == t\n"
+            "assert _default_kind() == 'raw'\n"
+            "rmsgrad.Client('http://127.0.0.1:9').close()\n"
+        )
+        root = os.path.join(os.path.dirname(__file__), "..")
+        r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": root})
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
 @unittest.skipIf(np is None, "numpy not installed")
 class NumpyTest(unittest.TestCase):
     def test_dtypes(self):
