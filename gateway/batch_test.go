@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -58,5 +60,25 @@ func TestSplitBatch(t *testing.T) {
 	}
 	if !validID("a") || !validID("A9._:-z") || validID("") || validID("-a") || validID("a b") || validID(string(make([]byte, 129))) {
 		t.Error("validID")
+	}
+}
+
+// TestWriteBatch: writeBatch writes what writeJSON would, byte for byte.
+func TestWriteBatch(t *testing.T) {
+	cases := [][]batchAnswer{
+		{},
+		{{Index: 0, ID: "a", Queue: "rmsnorm", Status: 202}},
+		{{Index: 0, ID: "py-1", Queue: "q", Status: 202}, {Index: 1, Status: 400, Error: newErr(400, CodeInvalidJob, "invalid job: eps: <0> & \"x\"")},
+			{Index: 2, ID: "", Queue: "q", Status: 202}, {Index: 3, ID: "b\"c", Queue: "q", Status: 202}, {Index: 4, ID: "é", Queue: "q", Status: 202}},
+	}
+	for _, out := range cases {
+		a, b := httptest.NewRecorder(), httptest.NewRecorder()
+		writeBatch(a, out)
+		writeJSON(b, http.StatusOK, struct {
+			Jobs []batchAnswer `json:"jobs"`
+		}{out})
+		if a.Body.String() != b.Body.String() || a.Code != b.Code || a.Header().Get("Content-Type") != b.Header().Get("Content-Type") {
+			t.Errorf("writeBatch:\n%s\nwriteJSON:\n%s", a.Body.String(), b.Body.String())
+		}
 	}
 }
