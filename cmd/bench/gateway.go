@@ -79,7 +79,11 @@ func benchGateway(ctx context.Context, e *env, o options) ([]row, []string, erro
 	if _, err := enqueueDirect(ctx, client, 1000, 99); err != nil {
 		return nil, nil, fmt.Errorf("gateway bench, warm-up: %w", err)
 	}
-	if _, err := enqueueGateway(ctx, hc, "http://"+addr, tok, 1000, 99); err != nil {
+	warm, err := batchBodies(1000, 99)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := enqueueGateway(ctx, hc, "http://"+addr, tok, warm); err != nil {
 		return nil, nil, fmt.Errorf("gateway bench, warm-up: %w", err)
 	}
 	var direct, viaGW []float64
@@ -98,12 +102,18 @@ func benchGateway(ctx context.Context, e *env, o options) ([]row, []string, erro
 		for _, mode := range []string{"direct", "gateway"} {
 			_ = insp.DeleteQueue(gatewayQueue, true)
 			var r float64
+			var bodies [][]byte
+			if mode == "gateway" {
+				if bodies, err = batchBodies(n, rep); err != nil {
+					return nil, nil, err
+				}
+			}
 			t0 := snap()
 			if mode == "direct" {
 				r, err = enqueueDirect(ctx, client, n, rep)
 				direct = append(direct, r)
 			} else {
-				r, err = enqueueGateway(ctx, hc, "http://"+addr, tok, n, rep)
+				r, err = enqueueGateway(ctx, hc, "http://"+addr, tok, bodies)
 				viaGW = append(viaGW, r)
 			}
 			if err != nil {
@@ -237,10 +247,8 @@ func enqueueDirect(ctx context.Context, c *jobs.Client, n, rep int) (float64, er
 	return float64(n) / el.Seconds(), nil
 }
 
-// enqueueGateway posts n jobs in batches of 500, two requests at once, and
-// returns jobs/s. The bodies are built before the clock starts, as
-// Enqueue's jobs are.
-func enqueueGateway(ctx context.Context, hc *http.Client, base, tok string, n, rep int) (float64, error) {
+// batchBodies are the request bodies of n jobs in batches of 500.
+func batchBodies(n, rep int) ([][]byte, error) {
 	const per = 500
 	var bodies [][]byte
 	for i := 0; i < n; i += per {
@@ -254,9 +262,19 @@ func enqueueGateway(ctx context.Context, hc *http.Client, base, tok string, n, r
 		}
 		b, err := json.Marshal(map[string]any{"jobs": items})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		bodies = append(bodies, b)
+	}
+	return bodies, nil
+}
+
+// enqueueGateway posts the bodies, two requests at once, and returns
+// jobs/s (bodies are built before, as Enqueue's jobs are).
+func enqueueGateway(ctx context.Context, hc *http.Client, base, tok string, bodies [][]byte) (float64, error) {
+	n := 0
+	for _, b := range bodies {
+		n += bytes.Count(b, []byte(`"job":`))
 	}
 	next := make(chan []byte, len(bodies))
 	for _, b := range bodies {
