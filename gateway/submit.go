@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hibiken/asynq"
 
@@ -144,21 +145,27 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		out[i].Status, out[i].Error = e.Status, e
 	}
-	sem := make(chan struct{}, enqueueParallel)
+	// enqueueParallel goroutines take the jobs in turn (one goroutine a
+	// job cost the scheduler more than the jobs' checks).
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for i, it := range req.Jobs {
-		if out[i].Error != nil {
-			continue
-		}
-		sem <- struct{}{}
+	for range min(enqueueParallel, len(req.Jobs)) {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			id, e := s.enqueueJob(r.Context(), it.ID, js[i])
-			if e != nil {
-				out[i].Status, out[i].Error = e.Status, e
-				return
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(req.Jobs) {
+					return
+				}
+				if out[i].Error != nil {
+					continue
+				}
+				id, e := s.enqueueJob(r.Context(), req.Jobs[i].ID, js[i])
+				if e != nil {
+					out[i].Status, out[i].Error = e.Status, e
+					continue
+				}
+				out[i].ID, out[i].Queue, out[i].Status = id, s.cfg.Client.Queue(), http.StatusAccepted
 			}
-			out[i].ID, out[i].Queue, out[i].Status = id, s.cfg.Client.Queue(), http.StatusAccepted
 		})
 	}
 	wg.Wait()
