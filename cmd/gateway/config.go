@@ -30,13 +30,16 @@ type Config struct {
 	Retention      time.Duration `yaml:"retention"`
 	SigningKeyFile string        `yaml:"signing_key_file"`
 	Shutdown       time.Duration `yaml:"shutdown_timeout"`
-	TLS            TLSConfig     `yaml:"tls"`
-	Auth           AuthConfig    `yaml:"auth"`
-	Limits         LimitsConfig  `yaml:"limits"`
-	Redis          RedisConfig   `yaml:"redis"`
-	Storage        StorageConfig `yaml:"storage"`
-	Uploads        UploadsConfig `yaml:"uploads"`
-	Dev            DevConfig     `yaml:"dev"`
+	// GCPercent is the Go GC's target (debug.SetGCPercent) when the GOGC
+	// variable is not set; 0 keeps Go's default (100).
+	GCPercent int           `yaml:"gc_percent"`
+	TLS       TLSConfig     `yaml:"tls"`
+	Auth      AuthConfig    `yaml:"auth"`
+	Limits    LimitsConfig  `yaml:"limits"`
+	Redis     RedisConfig   `yaml:"redis"`
+	Storage   StorageConfig `yaml:"storage"`
+	Uploads   UploadsConfig `yaml:"uploads"`
+	Dev       DevConfig     `yaml:"dev"`
 
 	secrets secrets
 }
@@ -126,12 +129,13 @@ func defaultConfig() Config {
 	return Config{
 		HTTPAddr: "127.0.0.1:8080", LogLevel: "info", Queue: "rmsnorm",
 		MaxRetry: 10, Timeout: 10 * time.Minute, Retention: 24 * time.Hour, Shutdown: 30 * time.Second,
-		Auth:    AuthConfig{ReloadInterval: 5 * time.Second},
-		Limits:  LimitsConfig{RequestsPerS: 100, Burst: 200, MaxBodyBytes: 1 << 20, MaxBatch: 1000, MaxWait: 60 * time.Second},
-		Redis:   RedisConfig{Addr: "127.0.0.1:6379"},
-		Storage: StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true}},
-		Uploads: UploadsConfig{Expiry: 5 * time.Minute, MaxBytes: 64 << 20},
-		Dev:     DevConfig{RedisAddr: "127.0.0.1:6390", Dir: "./rmsgrad-dev"},
+		GCPercent: 400,
+		Auth:      AuthConfig{ReloadInterval: 5 * time.Second},
+		Limits:    LimitsConfig{RequestsPerS: 100, Burst: 200, MaxBodyBytes: 1 << 20, MaxBatch: 1000, MaxWait: 60 * time.Second},
+		Redis:     RedisConfig{Addr: "127.0.0.1:6379"},
+		Storage:   StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true}},
+		Uploads:   UploadsConfig{Expiry: 5 * time.Minute, MaxBytes: 64 << 20},
+		Dev:       DevConfig{RedisAddr: "127.0.0.1:6390", Dir: "./rmsgrad-dev"},
 	}
 }
 
@@ -311,6 +315,9 @@ func (c *Config) validate() error {
 	}
 	if c.Shutdown <= 0 {
 		return bad("shutdown_timeout", "must be > 0, got %v", c.Shutdown)
+	}
+	if c.GCPercent < 0 {
+		return bad("gc_percent", "must be >= 0 (0: Go's default), got %d", c.GCPercent)
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return bad("tls.cert_file", "tls.cert_file and tls.key_file go together")

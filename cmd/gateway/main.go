@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -57,6 +58,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if printOnly {
 		return printConfig(stdout, cfg)
+	}
+	// The gateway's live heap is a few MiB, and each job posted makes many
+	// short-lived objects (its JSON, asynq's task message, go-redis's
+	// command): at Go's default target the collector runs so often that
+	// it is a large part of the gateway's CPU a job (docs/gateway.md,
+	// Benchmarks). The price is heap: about five times the live heap.
+	if cfg.GCPercent > 0 && getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(cfg.GCPercent))
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
