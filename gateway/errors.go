@@ -45,6 +45,9 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.Message }
 
+// String makes an apiError print with its status and code in logs.
+func (e *apiError) String() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
 func newErr(status int, code, format string, args ...any) *apiError {
 	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }

@@ -11,14 +11,17 @@ import (
 // metrics are the gateway's Prometheus collectors. Labels are route
 // patterns and outcomes, never token names or ids.
 type metrics struct {
-	requests     *prometheus.CounterVec
-	seconds      *prometheus.HistogramVec
-	jobs         *prometheus.CounterVec
-	authFailures prometheus.Counter
-	rateLimited  prometheus.Counter
-	urls         *prometheus.CounterVec
-	uploadBytes  prometheus.Counter
-	depUp        *prometheus.GaugeVec
+	requests *prometheus.CounterVec
+	seconds  *prometheus.HistogramVec
+	jobs     *prometheus.CounterVec
+	// jobsEnqueued, jobsRejected and jobsError are jobs' children, looked
+	// up once (WithLabelValues hashes and locks on every call).
+	jobsEnqueued, jobsRejected, jobsError prometheus.Counter
+	authFailures                          prometheus.Counter
+	rateLimited                           prometheus.Counter
+	urls                                  *prometheus.CounterVec
+	uploadBytes                           prometheus.Counter
+	depUp                                 *prometheus.GaugeVec
 }
 
 // Outcomes of a posted job (rmsgrad_gateway_jobs_total).
@@ -56,6 +59,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "rmsgrad_dependency_up", Help: "1 when the dependency (redis, storage) answered the last /readyz, else 0.",
 		}, []string{"dependency"}),
 	}
+	m.jobsEnqueued = m.jobs.WithLabelValues(outcomeEnqueued)
+	m.jobsRejected = m.jobs.WithLabelValues(outcomeRejected)
+	m.jobsError = m.jobs.WithLabelValues(outcomeError)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.seconds, m.jobs, m.authFailures, m.rateLimited, m.urls, m.uploadBytes, m.depUp)
 	}

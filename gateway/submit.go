@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -242,7 +241,7 @@ func (s *Server) enqueue(ctx context.Context, id string, payload []byte) (string
 func (s *Server) check(id string, payload []byte) (jobs.Job, *apiError) {
 	j, err := jobs.Decode(payload)
 	if err != nil {
-		s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
+		s.metrics.jobsRejected.Inc()
 		return j, jobError(id, namedJobError(id, "", "", err))
 	}
 	if s.cfg.Store != nil {
@@ -258,7 +257,7 @@ func (s *Server) check(id string, payload []byte) (jobs.Job, *apiError) {
 				continue
 			}
 			if err := s.cfg.Store.Check(in.uri, in.write); err != nil {
-				s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
+				s.metrics.jobsRejected.Inc()
 				return j, jobError(id, namedJobError(id, in.name, in.uri, err))
 			}
 			checked, _, _ = strings.Cut(in.uri, "#")
@@ -291,14 +290,14 @@ func (s *Server) enqueueJob(ctx context.Context, id string, j jobs.Job) (string,
 	if err != nil {
 		e := jobError(id, err)
 		if e.Status == http.StatusServiceUnavailable {
-			s.metrics.jobs.WithLabelValues(outcomeError).Inc()
+			s.metrics.jobsError.Inc()
 			s.log.Warn("enqueue failed", "job", id, "err", err)
 		} else {
-			s.metrics.jobs.WithLabelValues(outcomeRejected).Inc()
+			s.metrics.jobsRejected.Inc()
 		}
 		return "", e
 	}
-	s.metrics.jobs.WithLabelValues(outcomeEnqueued).Inc()
+	s.metrics.jobsEnqueued.Inc()
 	return got, nil
 }
 
@@ -350,6 +349,3 @@ func decodeStrict(body []byte, v any) *apiError {
 	}
 	return nil
 }
-
-// String makes an apiError print as its message in logs.
-func (e *apiError) String() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
