@@ -257,6 +257,16 @@ func TestAPI(t *testing.T) {
 		}
 	}
 
+	// The metrics count what happened.
+	_, mb, _ := e.do(call{method: "GET", path: "/metrics"})
+	for _, want := range []string{`rmsgrad_gateway_jobs_total{outcome="enqueued"} 3`, `rmsgrad_gateway_jobs_total{outcome="rejected"}`,
+		`rmsgrad_gateway_auth_failures_total 8`, `rmsgrad_gateway_requests_total{code="202",route="POST /v1/jobs"} 2`,
+		`rmsgrad_gateway_urls_total{method="PUT",scheme="s3"} 2`, `rmsgrad_gateway_file_upload_bytes_total`} {
+		if !strings.Contains(string(mb), want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+
 	// Redis down: 503 with the cause, and /readyz says why.
 	e.redis.Stop()
 	st, b, _ = e.do(call{method: "POST", path: "/v1/jobs?id=down", body: job})
