@@ -78,6 +78,12 @@ func IsPermanent(err error) bool {
 	return storage.Permanent(err)
 }
 
+// NewJobError returns the error a handler would give for err on job id's
+// tensor at uri ("" for the job as a whole): the same message, the URI's
+// user info redacted, Permanent from IsPermanent. Front ends that check a
+// job before enqueuing it (the HTTP gateway) answer with it.
+func NewJobError(id, tensor, uri string, err error) *JobError { return jobErr(id, tensor, uri, err) }
+
 func jobErr(id, tensor, uri string, err error) *JobError {
 	return &JobError{JobID: id, Tensor: tensor, URI: redactUserinfo(uri), Permanent: IsPermanent(err), Err: err}
 }

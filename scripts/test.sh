@@ -21,8 +21,8 @@ command -v redis-server >/dev/null || apt_install redis-server
 command -v redis-cli >/dev/null || apt_install redis-tools # redis-cli --cluster create joins the test clusters
 command -v g++ >/dev/null || apt_install g++
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
-# The half-precision interop test (cmd/enqueue TestTorchInterop): torch
-# writes the inputs and checks the outputs against its float64 autograd.
+# The half-precision interop test (cmd/enqueue TestTorchInterop) and the
+# Python client's end-to-end tests (cmd/gateway) compare with torch autograd.
 /usr/bin/python3 -c 'import torch' 2>/dev/null || apt_install python3-torch
 VERSITYGW_VERSION=v1.8.0
 # versitygw built by go install reports "Version: git", so read the module

@@ -47,7 +47,7 @@ func main() {
 	flag.StringVar(&o.variantEnv, "variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the small load (alternated), e.g. GOGC=400")
 	flag.StringVar(&o.inproc, "inproc-backend", "cpu", "compute backend of the in-process runs (the profile, the I/O floor): cpu, cuda on a host with an NVIDIA GPU, or metal on a Mac (bin/worker picks its own: auto)")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
-	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), or profile (only the in-process profile of the small load), or cluster (alone: Redis Cluster per-node costs and shard scaling, report/cluster.md)")
+	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), gateway (only when named), or profile (only the in-process profile of the small load), or cluster (alone: Redis Cluster per-node costs and shard scaling, report/cluster.md)")
 	flag.IntVar(&o.clusterReplicas, "cluster-replicas", 0, "with -only cluster: replicas per master (0: masters only)")
 	flag.StringVar(&o.noopWorker, "noop-worker", "", "internal to -only cluster: run as a no-op worker process on these Redis Cluster seed nodes")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
@@ -213,6 +213,15 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.want("e2e") {
 		rows, notes, err := benchE2E(ctx, e, o, shapes, q, st)
+		if err != nil {
+			return err
+		}
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
+	}
+
+	if o.only != "" && o.want("gateway") { // not in the default run: it needs bin/gateway and python3
+		rows, notes, err := benchGateway(ctx, e, o)
 		if err != nil {
 			return err
 		}
