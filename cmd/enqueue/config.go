@@ -17,19 +17,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rmsgrad/rmsgrad/internal/devstate"
+	"github.com/rmsgrad/rmsgrad/internal/redisconf"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
-// splitAddrs splits a comma-separated address list, dropping blanks.
-func splitAddrs(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
 
 // config is the CLI's connection settings. Precedence: flags, then
 // environment, then the YAML file (--config, default configs/enqueue.yaml
@@ -203,10 +194,10 @@ func loadConfig(f *connFlags) (config, error) {
 		c.redisFrom = "flag --redis"
 	}
 	if v := os.Getenv("RMSGRAD_REDIS_CLUSTER_ADDRS"); v != "" {
-		c.Redis.ClusterAddrs, c.redisFrom = splitAddrs(v), "env RMSGRAD_REDIS_CLUSTER_ADDRS"
+		c.Redis.ClusterAddrs, c.redisFrom = redisconf.SplitAddrs(v), "env RMSGRAD_REDIS_CLUSTER_ADDRS"
 	}
 	if f.cluster != "" {
-		c.Redis.ClusterAddrs, c.redisFrom = splitAddrs(f.cluster), "flag --redis-cluster"
+		c.Redis.ClusterAddrs, c.redisFrom = redisconf.SplitAddrs(f.cluster), "flag --redis-cluster"
 	}
 	if len(c.Redis.ClusterAddrs) == 0 {
 		c.Redis.ClusterAddrs = nil // "cluster_addrs: []" is no cluster

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rmsgrad/rmsgrad/internal/redisconf"
 )
 
 // Config is the gateway's configuration: configs/gateway.yaml documents
@@ -66,16 +68,9 @@ type LimitsConfig struct {
 	MaxWait      time.Duration `yaml:"max_wait"`
 }
 
-// RedisConfig says how to reach Redis, as the worker's redis section.
-type RedisConfig struct {
-	Addr         string `yaml:"addr"`
-	URL          string `yaml:"url"`
-	DB           int    `yaml:"db"`
-	Username     string `yaml:"username"`
-	PasswordFile string `yaml:"password_file"`
-	TLS          bool   `yaml:"tls"`
-	CAFile       string `yaml:"ca_file"`
-}
+// RedisConfig says how to reach Redis, as the worker's redis section (one
+// Redis, Sentinel or a Cluster).
+type RedisConfig = redisconf.Config
 
 // StorageConfig is the allow-list jobs, uploads and downloads are checked
 // against (keep it the workers'), and the stores URLs are signed for.
@@ -210,6 +205,7 @@ var envVars = []struct{ env, key string }{
 	{"RMSGRAD_GATEWAY_HTTP_ADDR", "http_addr"}, {"RMSGRAD_GATEWAY_PUBLIC_URL", "public_url"},
 	{"RMSGRAD_LOG_LEVEL", "log_level"}, {"RMSGRAD_QUEUE", "queue"},
 	{"RMSGRAD_REDIS_ADDR", "redis.addr"}, {"RMSGRAD_REDIS_URL", "redis.url"},
+	{"RMSGRAD_REDIS_CLUSTER_ADDRS", "redis.cluster_addrs"},
 	{"RMSGRAD_FILE_ROOT", "storage.file_root"}, {"RMSGRAD_S3_ENDPOINT", "storage.s3.endpoint"},
 	{"RMSGRAD_UPLOAD_PREFIX", "uploads.prefix"},
 	{"RMSGRAD_DEV_REDIS_ADDR", "dev.redis_addr"}, {"RMSGRAD_DEV_DIR", "dev.dir"},
@@ -234,6 +230,8 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 			cfg.Redis.Addr = v
 		case "redis.url":
 			cfg.Redis.URL = v
+		case "redis.cluster_addrs":
+			cfg.Redis.ClusterAddrs = redisconf.SplitAddrs(v)
 		case "storage.file_root":
 			cfg.Storage.FileRoot = v
 		case "storage.s3.endpoint":
@@ -298,6 +296,9 @@ func loadSecrets(cfg *Config, getenv func(string) string) error {
 func (c *Config) validate() error {
 	bad := func(key, format string, args ...any) error {
 		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	if err := c.Redis.Validate(); err != nil {
+		return err
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func TestConfigShippedFileIsValid(t *testing.T) {
 		t.Fatalf("configs/gateway.yaml: %v", err)
 	}
 	def := defaultConfig()
-	if cfg.Limits != def.Limits || cfg.Uploads != def.Uploads || cfg.Redis != def.Redis || cfg.HTTPAddr != def.HTTPAddr ||
+	if cfg.Limits != def.Limits || cfg.Uploads != def.Uploads || fmt.Sprintf("%+v", cfg.Redis) != fmt.Sprintf("%+v", def.Redis) || cfg.HTTPAddr != def.HTTPAddr ||
 		cfg.Timeout != def.Timeout || cfg.Retention != def.Retention || cfg.Auth.ReloadInterval != def.Auth.ReloadInterval || cfg.Dev != def.Dev {
 		t.Fatalf("configs/gateway.yaml disagrees with the defaults it documents:\n%+v\n%+v", cfg, def)
 	}

@@ -15,38 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// splitAddrs splits a comma-separated address list, dropping blanks.
-func splitAddrs(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// validateCluster checks the keys that do not go with a Redis Cluster.
-func (rc RedisConfig) validateCluster() error {
-	if len(rc.ClusterAddrs) == 0 {
-		return nil
-	}
-	switch {
-	case rc.URL != "":
-		return errors.New("config: redis.cluster_addrs: set it or redis.url, not both")
-	case rc.SentinelMaster != "":
-		return errors.New("config: redis.cluster_addrs: a Redis Cluster has no Sentinel; set cluster_addrs or sentinel_master, not both")
-	case rc.DB != 0:
-		return fmt.Errorf("config: redis.db: a Redis Cluster has only database 0, got %d", rc.DB)
-	}
-	for _, a := range rc.ClusterAddrs {
-		if !strings.Contains(a, ":") || strings.Contains(a, "://") {
-			return fmt.Errorf("config: redis.cluster_addrs: %q is not host:port", a)
-		}
-	}
-	return nil
-}
-
 // Cluster probe timing: each node is pinged with its own deadline, shorter
 // than the prober's, so that a node that does not answer is named rather
 // than timing out the whole check.

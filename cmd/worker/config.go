@@ -17,6 +17,7 @@ import (
 
 	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/internal/devstate"
+	"github.com/rmsgrad/rmsgrad/internal/redisconf"
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage/s3"
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
@@ -73,19 +74,8 @@ type BatchCfg struct {
 	MaxWait  time.Duration `yaml:"max_wait"`
 }
 
-// RedisConfig says how to reach Redis.
-type RedisConfig struct {
-	Addr           string   `yaml:"addr"`
-	URL            string   `yaml:"url"` // redis:// or rediss:// (TLS); overrides addr, db, username
-	DB             int      `yaml:"db"`
-	Username       string   `yaml:"username"`
-	PasswordFile   string   `yaml:"password_file"`
-	TLS            bool     `yaml:"tls"`
-	CAFile         string   `yaml:"ca_file"`
-	SentinelMaster string   `yaml:"sentinel_master"` // set to use Sentinel failover
-	SentinelAddrs  []string `yaml:"sentinel_addrs"`
-	ClusterAddrs   []string `yaml:"cluster_addrs"` // seed nodes of a Redis Cluster; replaces addr, url and sentinel
-}
+// RedisConfig says how to reach Redis (one Redis, Sentinel or a Cluster).
+type RedisConfig = redisconf.Config
 
 // StorageConfig says which stores the worker may read and write.
 type StorageConfig struct {
@@ -264,7 +254,7 @@ func loadConfigTo(args []string, getenv func(string) string, stdout, stderr io.W
 				cfg.Redis.Addr = *redis
 			}
 		case "redis-cluster":
-			cfg.Redis.ClusterAddrs = splitAddrs(*redisCluster)
+			cfg.Redis.ClusterAddrs = redisconf.SplitAddrs(*redisCluster)
 		case "shards":
 			cfg.Shards = *shards
 		case "backend":
@@ -357,7 +347,7 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 		case "dev.dir":
 			cfg.Dev.Dir = v
 		case "redis.cluster_addrs":
-			cfg.Redis.ClusterAddrs = splitAddrs(v)
+			cfg.Redis.ClusterAddrs = redisconf.SplitAddrs(v)
 		case "shards":
 			cfg.Shards, err = strconv.Atoi(v)
 		}
@@ -488,10 +478,7 @@ func (c *Config) validate() error {
 			return bad("redis.url", "want redis://[user:pass@]host:port[/db] or rediss://..., got a malformed URL")
 		}
 	}
-	if (c.Redis.SentinelMaster == "") != (len(c.Redis.SentinelAddrs) == 0) {
-		return bad("redis.sentinel_master", "sentinel_master and sentinel_addrs go together")
-	}
-	if err := c.Redis.validateCluster(); err != nil {
+	if err := c.Redis.Validate(); err != nil {
 		return err
 	}
 	if c.Shards < 0 {
