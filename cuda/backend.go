@@ -37,23 +37,36 @@ type Backend struct {
 	// cuLaunchKernelEx), which hides the launch gap between the two.
 	pdl bool
 
-	mod                     uintptr
-	fnRows                  [nKernels]uintptr // rows kernels, by kRows...
-	fnReduce, fnAdd, fnSpin uintptr
-	stream                  uintptr
-	evStart, evEnd          uintptr
-	evK0, evK1              uintptr // around the kernels, for Stats
-	args                    *launchArgs
+	// mapMax: buffers of at most this many bytes are read and written by
+	// the kernels in their pinned host memory (mapped into the device's
+	// address space) instead of being copied (RMSGRAD_CUDA_MAP_BYTES).
+	mapMax int
+	// occ[c][t/32-1] is how many blocks of t threads of fused class c fit
+	// on a multiprocessor (the driver's occupancy of the compiled kernel).
+	occ [][]int
+
+	mod                             uintptr
+	fnRows                          []uintptr // rows kernels, by kRows, kFused0+class
+	fnReduce, fnAdd, fnSpin, fnFill uintptr
+	stream                          uintptr
+	evStart, evEnd                  uintptr
+	evK0, evK1                      uintptr // around the kernels, for Stats
+	args                            *launchArgs
 
 	mu      sync.Mutex // guards everything below and serializes Execute
-	pool    map[int][]*mem
-	scratch *mem // dw partials, device only
-	table   *mem // job table, pinned host + device
-	closed  bool
-	// launches and last are reused by Execute.
-	launches []phaseLaunch
-	last     Stats
-	allocs   int // cuMemAlloc calls, for the steady-state test
+	scratch *mem       // dw partials, device only
+	table   *mem       // job table, pinned host + device
+	// launches, rowsLaunches and last are reused by Execute.
+	launches     []phaseLaunch
+	rowsLaunches []rowsLaunch
+	last         Stats
+	// poolMu guards the pool, allocs and closed (written under both
+	// locks): Alloc and Release take only poolMu, so the handlers' buffers
+	// come and go while a command buffer runs.
+	poolMu sync.Mutex
+	pool   map[int][]*mem
+	allocs int // cuMemAlloc calls, for the steady-state test
+	closed bool
 	// hold, when set (benchmarks only), queues a kernel spinning that long
 	// before the timed region of Execute, so that the kernels' events do
 	// not include the host's launch latency.
@@ -63,12 +76,19 @@ type Backend struct {
 }
 
 // mem is one pooled allocation: pinned host memory and device memory of the
-// same size (host is nil for device-only scratch).
+// same size (host is nil for device-only scratch). hdev is the host
+// memory's address in the device's address space (the kernels read and
+// write small buffers there, with no copies).
 type mem struct {
 	host unsafe.Pointer
+	hdev uint64
 	dptr uint64
 	size int
 }
+
+// defaultMapMax is the backend's mapMax: buffers up to 1 MiB (a small or
+// medium job's tensors) are not copied.
+const defaultMapMax = 1 << 20
 
 // Open loads the driver and NVRTC, picks device 0, compiles the kernels for
 // its architecture and returns the backend. Without a driver, a device or
@@ -124,6 +144,10 @@ func open() (*Backend, error) {
 		b.rgAlign = v
 	}
 	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
+	b.mapMax = defaultMapMax
+	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAP_BYTES")); err == nil && v >= 0 {
+		b.mapMax = v
+	}
 	b.device = fmt.Sprintf("%s (%s)", strings.TrimRight(string(name[:]), "\x00"), b.arch)
 
 	nv, _, err := loadNVRTC()
@@ -138,6 +162,11 @@ func open() (*Backend, error) {
 	}
 	b.compile = time.Since(t0)
 
+	if f, ok := syncFlags[os.Getenv("RMSGRAD_CUDA_SYNC")]; ok && f != ctxSchedAuto {
+		if err := d.check("cuDevicePrimaryCtxSetFlags", d.cuDevicePrimaryCtxFlags(b.dev, f)); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&b.ctx, b.dev)); err != nil {
 		return nil, err
 	}
@@ -154,13 +183,33 @@ func open() (*Backend, error) {
 		return nil, err
 	}
 	runtime.KeepAlive(cubin)
-	for _, f := range []struct {
+	b.fnRows = make([]uintptr, nKernels)
+	fns := []struct {
 		fn   *uintptr
 		name string
-	}{{&b.fnRows[kRows], shaders.CUDARowsKernel}, {&b.fnRows[kWide], shaders.CUDARowsWideKernel},
-		{&b.fnRows[kRowsFused], shaders.CUDARowsFusedKernel}, {&b.fnRows[kWideFused], shaders.CUDARowsWideFusedKernel}, {&b.fnReduce, shaders.CUDAReduceKernel}, {&b.fnAdd, shaders.CUDAAddKernel}, {&b.fnSpin, shaders.CUDASpinKernel}} {
+	}{{&b.fnRows[kRows], shaders.CUDARowsKernel}, {&b.fnReduce, shaders.CUDAReduceKernel},
+		{&b.fnAdd, shaders.CUDAAddKernel}, {&b.fnSpin, shaders.CUDASpinKernel}, {&b.fnFill, shaders.CUDAFillKernel}}
+	for c, name := range shaders.CUDARowsFusedKernels {
+		fns = append(fns, struct {
+			fn   *uintptr
+			name string
+		}{&b.fnRows[kFused0+c], name})
+	}
+	for _, f := range fns {
 		if err := d.check("cuModuleGetFunction("+f.name+")", d.cuModuleGetFunction(f.fn, b.mod, f.name)); err != nil {
 			return nil, err
+		}
+	}
+	// Occupancy of each fused class at every block size it may run with.
+	b.occ = make([][]int, len(fusedClasses))
+	for c, fc := range fusedClasses {
+		b.occ[c] = make([]int, fc.maxThreads/32)
+		for i := range b.occ[c] {
+			var n int32
+			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), 0)); err != nil {
+				return nil, err
+			}
+			b.occ[c][i] = int(n)
 		}
 	}
 	if b.smemOptin > 0 {
@@ -179,6 +228,12 @@ func open() (*Backend, error) {
 	ok = true
 	return b, nil
 }
+
+// syncFlags maps RMSGRAD_CUDA_SYNC to the primary context's scheduling
+// flags: how cuStreamSynchronize waits for the GPU (spinning on a core,
+// yielding it, or sleeping on an interrupt). Unset or "auto": the driver's
+// choice (spinning while the process has fewer contexts than cores).
+var syncFlags = map[string]uint32{"": ctxSchedAuto, "auto": ctxSchedAuto, "spin": ctxSchedSpin, "yield": ctxSchedYield, "block": ctxSchedBlock}
 
 // compileKernels compiles shaders.CUDASource for b.arch and returns the cubin.
 func (b *Backend) compileKernels() ([]byte, error) {
@@ -263,25 +318,49 @@ func sizeClass(n int) int {
 }
 
 // getMem returns a pooled or new allocation of at least n bytes. withHost
-// asks for pinned host memory too. b.mu and the context must be held.
+// asks for pinned host memory too. The context must be bound (bindCtx).
 func (b *Backend) getMem(n int, withHost bool) (*mem, error) {
 	c := sizeClass(n)
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if withHost {
-		if l := b.pool[c]; len(l) > 0 {
-			m := l[len(l)-1]
-			b.pool[c] = l[:len(l)-1]
+		if m := b.pooled(c); m != nil {
 			return m, nil
 		}
 	}
+	return b.newMem(c, withHost)
+}
+
+// pooled takes an allocation of size class c from the pool, or returns
+// nil. b.poolMu must be held.
+func (b *Backend) pooled(c int) *mem {
+	l := b.pool[c]
+	if len(l) == 0 {
+		return nil
+	}
+	m := l[len(l)-1]
+	b.pool[c] = l[:len(l)-1]
+	return m
+}
+
+// newMem allocates c bytes of device memory, and of pinned host memory
+// mapped into the device's address space when withHost. b.poolMu must be
+// held and the context bound.
+func (b *Backend) newMem(c int, withHost bool) (*mem, error) {
 	b.allocs++
 	m := &mem{size: c}
 	if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(c))); err != nil {
 		return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
 	}
 	if withHost {
-		if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&m.host, uintptr(c), memHostAllocPortab)); err != nil {
+		if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&m.host, uintptr(c), memHostAllocPortab|memHostAllocDevMap)); err != nil {
 			b.d.cuMemFree(m.dptr)
 			return nil, fmt.Errorf("cuda: allocating %d pinned host bytes: %w", c, err)
+		}
+		if err := b.d.check("cuMemHostGetDevicePointer", b.d.cuMemHostGetDevicePtr(&m.hdev, m.host, 0)); err != nil {
+			b.d.cuMemFreeHost(m.host)
+			b.d.cuMemFree(m.dptr)
+			return nil, fmt.Errorf("cuda: mapping %d pinned host bytes: %w", c, err)
 		}
 		clear(unsafe.Slice((*byte)(m.host), c))
 	}
@@ -300,8 +379,9 @@ func (b *Backend) freeMem(m *mem) {
 	}
 }
 
-// Alloc returns a buffer from the pool: pinned host memory (Bytes, Float32s)
-// and device memory of the same size.
+// Alloc returns a buffer from the pool: pinned host memory (Bytes, Float32s),
+// mapped into the device's address space, and device memory of the same
+// size. A pooled buffer costs no driver call.
 func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, error) {
 	if dtype.Size() == 0 {
 		return nil, fmt.Errorf("cuda: Alloc: dtype %q: %w", dtype, compute.ErrInvalidArgument)
@@ -310,19 +390,22 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 	if n < 0 || n > compute.MaxElements {
 		return nil, fmt.Errorf("cuda: Alloc: shape %v: want a non-negative element count <= %d: %w", shape, compute.MaxElements, compute.ErrInvalidArgument)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if b.closed {
 		return nil, fmt.Errorf("cuda: Alloc after Close: %w", compute.ErrDevice)
 	}
-	unlock, err := b.bindCtx()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	m, err := b.getMem(n*dtype.Size(), true)
-	if err != nil {
-		return nil, err
+	c := sizeClass(n * dtype.Size())
+	m := b.pooled(c)
+	if m == nil {
+		unlock, err := b.bindCtx()
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if m, err = b.newMem(c, true); err != nil {
+			return nil, err
+		}
 	}
 	return &buffer{b: b, m: m, dtype: dtype, shape: append([]int(nil), shape...), n: n}, nil
 }
@@ -332,6 +415,8 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if b.closed {
 		return nil
 	}
@@ -409,8 +494,8 @@ func (x *buffer) Float32s() []float32 {
 // Release returns the memory to the backend's pool (freed at Close).
 func (x *buffer) Release() {
 	b := x.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if x.released {
 		return
 	}

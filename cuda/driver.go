@@ -24,9 +24,18 @@ const (
 	funcAttrMaxDynSmem      = 8  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 )
 
+// Context scheduling flags (CU_CTX_SCHED_*): how a synchronize waits.
+const (
+	ctxSchedAuto  = 0x0
+	ctxSchedSpin  = 0x1
+	ctxSchedYield = 0x2
+	ctxSchedBlock = 0x4
+)
+
 const (
 	streamNonBlocking  = 0x1 // CU_STREAM_NON_BLOCKING
 	memHostAllocPortab = 0x1 // CU_MEMHOSTALLOC_PORTABLE
+	memHostAllocDevMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
 	eventDefault       = 0x0
 	errNotInitialized  = 3   // CUDA_ERROR_NOT_INITIALIZED
 	errNoDevice        = 100 // CUDA_ERROR_NO_DEVICE
@@ -43,6 +52,7 @@ type driverAPI struct {
 	cuDeviceGetAttribute     func(v *int32, attr int32, dev int32) cuResult
 	cuDevicePrimaryCtxRetain func(ctx *uintptr, dev int32) cuResult
 	cuDevicePrimaryCtxRel    func(dev int32) cuResult
+	cuDevicePrimaryCtxFlags  func(dev int32, flags uint32) cuResult
 	cuCtxSetCurrent          func(ctx uintptr) cuResult
 	cuModuleLoadData         func(mod *uintptr, image unsafe.Pointer) cuResult
 	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) cuResult
@@ -51,6 +61,7 @@ type driverAPI struct {
 	cuMemFree                func(p uint64) cuResult
 	cuMemHostAlloc           func(p *unsafe.Pointer, size uintptr, flags uint32) cuResult
 	cuMemFreeHost            func(p unsafe.Pointer) cuResult
+	cuMemHostGetDevicePtr    func(d *uint64, p unsafe.Pointer, flags uint32) cuResult
 	cuMemcpyHtoDAsync        func(dst uint64, src unsafe.Pointer, n uintptr, s uintptr) cuResult
 	cuMemcpyDtoHAsync        func(dst unsafe.Pointer, src uint64, n uintptr, s uintptr) cuResult
 	cuMemcpyDtoDAsync        func(dst, src uint64, n uintptr, s uintptr) cuResult
@@ -63,6 +74,7 @@ type driverAPI struct {
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) cuResult
 	cuEventDestroy           func(e uintptr) cuResult
 	cuFuncSetAttribute       func(fn uintptr, attr int32, v int32) cuResult
+	cuOccupancyMaxBlocks     func(n *int32, fn uintptr, blockSize int32, smem uintptr) cuResult
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) cuResult
 	// cuLaunchKernelEx (CUDA 11.8+; nil when the driver lacks it) takes
 	// launch attributes: the dw reduction uses programmatic dependent launch.
@@ -97,36 +109,39 @@ func loadDriver() (*driverAPI, error) {
 		elapsed = "cuEventElapsedTime"
 	}
 	err = bind(lib, "libcuda.so.1", map[string]any{
-		"cuInit":                       &d.cuInit,
-		"cuDriverGetVersion":           &d.cuDriverGetVersion,
-		"cuDeviceGetCount":             &d.cuDeviceGetCount,
-		"cuDeviceGet":                  &d.cuDeviceGet,
-		"cuDeviceGetName":              &d.cuDeviceGetName,
-		"cuDeviceGetAttribute":         &d.cuDeviceGetAttribute,
-		"cuDevicePrimaryCtxRetain":     &d.cuDevicePrimaryCtxRetain,
-		"cuDevicePrimaryCtxRelease_v2": &d.cuDevicePrimaryCtxRel,
-		"cuCtxSetCurrent":              &d.cuCtxSetCurrent,
-		"cuModuleLoadData":             &d.cuModuleLoadData,
-		"cuModuleGetFunction":          &d.cuModuleGetFunction,
-		"cuModuleUnload":               &d.cuModuleUnload,
-		"cuMemAlloc_v2":                &d.cuMemAlloc,
-		"cuMemFree_v2":                 &d.cuMemFree,
-		"cuMemHostAlloc":               &d.cuMemHostAlloc,
-		"cuMemFreeHost":                &d.cuMemFreeHost,
-		"cuMemcpyHtoDAsync_v2":         &d.cuMemcpyHtoDAsync,
-		"cuMemcpyDtoHAsync_v2":         &d.cuMemcpyDtoHAsync,
-		"cuMemcpyDtoDAsync_v2":         &d.cuMemcpyDtoDAsync,
-		"cuStreamCreate":               &d.cuStreamCreate,
-		"cuStreamSynchronize":          &d.cuStreamSynchronize,
-		"cuStreamDestroy_v2":           &d.cuStreamDestroy,
-		"cuEventCreate":                &d.cuEventCreate,
-		"cuEventRecord":                &d.cuEventRecord,
-		"cuEventSynchronize":           &d.cuEventSynchronize,
-		elapsed:                        &d.cuEventElapsedTime,
-		"cuEventDestroy_v2":            &d.cuEventDestroy,
-		"cuLaunchKernel":               &d.cuLaunchKernel,
-		"cuFuncSetAttribute":           &d.cuFuncSetAttribute,
-		"cuGetErrorName":               &d.cuGetErrorName,
+		"cuInit":                        &d.cuInit,
+		"cuDriverGetVersion":            &d.cuDriverGetVersion,
+		"cuDeviceGetCount":              &d.cuDeviceGetCount,
+		"cuDeviceGet":                   &d.cuDeviceGet,
+		"cuDeviceGetName":               &d.cuDeviceGetName,
+		"cuDeviceGetAttribute":          &d.cuDeviceGetAttribute,
+		"cuDevicePrimaryCtxRetain":      &d.cuDevicePrimaryCtxRetain,
+		"cuDevicePrimaryCtxRelease_v2":  &d.cuDevicePrimaryCtxRel,
+		"cuDevicePrimaryCtxSetFlags_v2": &d.cuDevicePrimaryCtxFlags,
+		"cuCtxSetCurrent":               &d.cuCtxSetCurrent,
+		"cuModuleLoadData":              &d.cuModuleLoadData,
+		"cuModuleGetFunction":           &d.cuModuleGetFunction,
+		"cuModuleUnload":                &d.cuModuleUnload,
+		"cuMemAlloc_v2":                 &d.cuMemAlloc,
+		"cuMemFree_v2":                  &d.cuMemFree,
+		"cuMemHostAlloc":                &d.cuMemHostAlloc,
+		"cuMemFreeHost":                 &d.cuMemFreeHost,
+		"cuMemHostGetDevicePointer_v2":  &d.cuMemHostGetDevicePtr,
+		"cuMemcpyHtoDAsync_v2":          &d.cuMemcpyHtoDAsync,
+		"cuMemcpyDtoHAsync_v2":          &d.cuMemcpyDtoHAsync,
+		"cuMemcpyDtoDAsync_v2":          &d.cuMemcpyDtoDAsync,
+		"cuStreamCreate":                &d.cuStreamCreate,
+		"cuStreamSynchronize":           &d.cuStreamSynchronize,
+		"cuStreamDestroy_v2":            &d.cuStreamDestroy,
+		"cuEventCreate":                 &d.cuEventCreate,
+		"cuEventRecord":                 &d.cuEventRecord,
+		"cuEventSynchronize":            &d.cuEventSynchronize,
+		elapsed:                         &d.cuEventElapsedTime,
+		"cuEventDestroy_v2":             &d.cuEventDestroy,
+		"cuLaunchKernel":                &d.cuLaunchKernel,
+		"cuFuncSetAttribute":            &d.cuFuncSetAttribute,
+		"cuOccupancyMaxActiveBlocksPerMultiprocessor": &d.cuOccupancyMaxBlocks,
+		"cuGetErrorName": &d.cuGetErrorName,
 	})
 	if err != nil {
 		return nil, err

@@ -8,28 +8,30 @@
 //   dx[b,k] = r[b] * (dy[b,k]*w[k] - x[b,k] * (s[b] * r[b]^2 / dim))
 //   dw[i]   = sum_b dy[b,i] * x[b,i] * r[b]
 //
-// One kernel, rms_norm_backward_rows_f32, runs every row-wise piece of work of
-// one phase of a batch over a job table (one launch for many jobs: per-launch
-// cost is what decides small-job throughput). A block map gives each block its
-// job; the block then owns a group of that job's rows, every G-th row from
-// its group index (persistent blocks: a large job gets about two groups per
-// multiprocessor, and the groups sweep the tensor side by side). Each job
-// entry says what to do with flags: compute r (or read it), write r, write
-// dx, write dw partials. The three kernels of compute
-// (rms_norm_compute_rms_inv_f32, rms_norm_backward_dx_f32,
-// rms_norm_backward_dw_f32) are flag sets of this one code path, so a job
-// whose RMSInv, DX and DW the backend fuses into one pass gives the same bits
-// as the three run apart: the arithmetic is the same instructions in the
-// same order. Every float operation uses an explicit round-to-nearest
-// intrinsic so the compiler cannot contract or reorder differently between
-// variants.
+// The rows kernels run every row-wise piece of work of one phase of a batch
+// over a job table (one launch for many jobs: per-launch cost is what
+// decides small-job throughput). A block map gives each block its job; the
+// block then owns a group of that job's rows, every G-th row from its group
+// index (persistent blocks: a large job gets as many groups as fit on the
+// multiprocessors at once, and the groups sweep the tensor side by side; a
+// small job gets one, which stores dw itself). Each job entry says what to
+// do with flags: compute r (or read it), write r, write dx, write dw. The
+// three kernels of compute (rms_norm_compute_rms_inv_f32,
+// rms_norm_backward_dx_f32, rms_norm_backward_dw_f32) are flag sets of the
+// general kernel, rms_norm_backward_rows_f32; the common case (all three in
+// one pass) runs in the fused kernels of the register path's width classes.
+// A job whose RMSInv, DX and DW the backend fuses into one pass gives the
+// same bits as the three run apart: the arithmetic is the same
+// instructions in the same order. Every float operation uses an explicit
+// round-to-nearest intrinsic so the compiler cannot contract or reorder
+// differently between variants.
 //
 // Determinism: the reduction order of a row depends only on dim (the host
-// picks the kernel, and so the block size T, from dim alone; thread t owns
-// 4-element chunks t, t+T, ...; each thread sums its chunks in order, then a
-// fixed xor-butterfly per warp, then a butterfly over the warp sums). dw partials
-// are per row group ([G, dim], the group size a function of rows and the
-// device's multiprocessor count only, rows inside a group summed in order) and
+// picks the block size T from dim alone; thread t owns 4-element chunks t,
+// t+T, ...; each thread sums its chunks in order, then a fixed
+// xor-butterfly per warp, then a butterfly over the warp sums). dw partials
+// are per row group ([G, dim], the group count a function of rows, dim and
+// the device only, rows inside a group summed in order) and
 // rms_norm_dw_reduce_f32 adds the G partials of each column in a fixed tree
 // (32 strided slices summed in order, then the slices in order). No float
 // atomics anywhere, so dx and dw are bitwise identical across runs, batch
@@ -50,21 +52,16 @@
 // on the register paths and dw stored once per column, so both read their
 // dtype at run time.
 
+// Block size of the reduction and of the shared-memory path; the block
+// size of the general path for dims that are not a multiple of 4 or are
+// over 8192.
 #define RMS_THREADS 256
 // Chunks (of 4 floats) per thread of the shared-memory path (rows_smem,
 // dim <= 256*4*8 = 8192, a multiple of 4; taken only when the host is asked
-// to, RMSGRAD_CUDA_STAGES) and, up to 4, of the register paths (rows_regs,
-// 256 threads up to dim 4096, 512 threads from 4100 to 8192). Other dims
-// take the same arithmetic with re-reads from global memory (rows_stream).
+// to, RMSGRAD_CUDA_STAGES). The register paths (rows_regs) hold up to 4
+// chunks per thread; beyond, the same arithmetic re-reads from global
+// memory (rows_stream).
 #define RMS_KMAX 8
-// Rows with at most RMS_PF_KMAX chunks per thread load the next row of the
-// group while the current one is reduced (two rows of registers).
-#ifndef RMS_PF_KMAX
-#define RMS_PF_KMAX 4
-#endif
-#ifndef RMS_MIN_BLOCKS
-#define RMS_MIN_BLOCKS 2
-#endif
 
 #define F_COMPUTE_R 1
 #define F_WRITE_R 2
@@ -333,15 +330,15 @@ __device__ __forceinline__ float dx_dim1(float d, float w, float r, float eps) {
 	return __fmul_rn(__fmul_rn(__fmul_rn(d, w), __fmul_rn(__fmul_rn(eps, r), r)), r);
 }
 
-// Sums (ss, s) over a block of T threads in a fixed order: a butterfly in
-// each warp, the warp sums through shared memory, then a butterfly over the
-// T/32 warp sums (lanes past them add 0). Every lane of every warp ends with
-// the same bits (a xor butterfly pairs the same values in every lane, and
-// float addition is commutative). red is double-buffered by row parity so
-// one barrier per row suffices.
-template <int T>
+// Sums (ss, s) over the block's threads (blockDim.x, a multiple of 32) in a
+// fixed order: a butterfly in each warp, the warp sums through shared
+// memory, then a butterfly over the W = blockDim.x/32 warp sums (lanes past
+// them add 0). Every lane of every warp ends with the same bits (a xor
+// butterfly pairs the same values in every lane, and float addition is
+// commutative). red is double-buffered by row parity so one barrier per row
+// suffices. The order depends on the block size only.
 __device__ __forceinline__ void block_sum2(float& ss, float& s, float (*red)[2][32], int p) {
-	constexpr int W = T / 32;
+	const int W = blockDim.x >> 5;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	ss = warp_sum(ss);
 	s = warp_sum(s);
@@ -366,24 +363,43 @@ __device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
 __device__ __forceinline__ int group_rows(const Job& J, int grp) { return (J.rows - grp + J.g - 1) / J.g; }
 #define rowOf(b) ((size_t)grp + (size_t)(b) * (size_t)G)
 
-// The rows of one group with each row held in registers: thread t owns the
-// 4-element chunks t, t+T, ... (K of them) of every row, and, when dx is
-// wanted, the same chunks of w, loaded once. With PF, the next row of the
-// group is in flight while this one is reduced and written: two register
-// slots, the row loop unrolled by two so that the slot index is a constant
-// (a run-time index would put the arrays in local memory). Measured on the
-// H200 (docs/cuda.md, run 4): holding w in registers instead of
-// re-reading it twice per row took the register path from 77% to 93% of the
-// device copy at 16384x4096.
+// store_dw ends a group's dw sums a (4 columns at chunk c). A job in one
+// group (J.g == 1: the small jobs) stores dw itself, as a + 0 in dw's
+// dtype: the bits the reduction gives for a single partial (it adds the
+// partial to 0), with no partials and no reduce launch. Otherwise the sums
+// are the group's partial row, for rms_norm_dw_reduce_f32.
+__device__ __forceinline__ void store_dw(const Job& J, int grp, int c, int dim, bool vec, const float a[4]) {
+	if (J.g == 1) {
+		float o[4];
+#pragma unroll
+		for (int q = 0; q < 4; q++) o[q] = __fadd_rn(a[q], 0.0f);
+		storeT<T_ANY>(J.dw, c * 4, dim, vec, o, TYPE_DW(J));
+	} else {
+		store4(J.part + (size_t)grp * dim, c * 4, dim, vec, a);
+	}
+}
+
+// The rows of one group with each row held in registers: thread t of the
+// T = blockDim.x owns the 4-element chunks t, t+T, ... (at most K of them)
+// of every row, and, when dx is wanted, the same chunks of w, loaded once.
+// S rows are in registers at once (slots): while one is reduced and
+// written, the next S-1 of the group are in flight. The row loop is
+// unrolled by S so that the slot index is a constant (a run-time index
+// would put the arrays in local memory). Measured on the H200
+// (docs/cuda.md): holding w in registers instead of re-reading it twice per
+// row took the register path from 77% to 93% of the device copy at
+// 16384x4096 (run 4); one row in registers per block could not cover the
+// memory latency (run 1).
 //
 // FUSED is the worker's common case, compiled apart: every flag set (r
 // computed and written, dx, dw) and dim a multiple of 4, so that the flag
 // and bounds tests fold away. It runs the same instructions in the same
-// order as the general path, so the bits are the same (TestKernelsOnCPU).
+// order as the general path, so the bits are the same (TestKernelsOnCPU):
+// the sums depend on T (the chunks each thread owns) and not on K or S.
 // IO is the dtype of x, dy and dx (T_ANY: each its own, read at run time).
-template <int T, int K, bool PF, bool FUSED, int IO>
+template <int K, int S, bool FUSED, int IO>
 __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
-	constexpr int S = PF ? 2 : 1;
+	const int T = blockDim.x;
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
 	const bool vec = FUSED || (dim & 3) == 0;
@@ -440,7 +456,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 						const int c = t + k * T;
 						if (c < nch) accum(xs[i][k], ds[i][k], wv[k], c * 4, dim, vec, doR, doDX, ss, s);
 					}
-					block_sum2<T>(ss, s, red, b & 1);
+					block_sum2(ss, s, red, b & 1);
 				}
 				if (doR) {
 					r = rms_inv(ss, dim, J.eps);
@@ -473,22 +489,22 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 		}
 	}
 	if (doDW) {
-		float* part = J.part + (size_t)grp * dim;
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			const int c = t + k * T;
-			if (c < nch) store4(part, c * 4, dim, vec, dwacc[k]);
+			if (c < nch) store_dw(J, grp, c, dim, vec, dwacc[k]);
 		}
 	}
 }
 
 // The rows of one group for dims that are a multiple of 4, up to RMS_KMAX
-// chunks per thread: a ring of J.stages row slots (x and dy) in shared
-// memory filled by asynchronous copies, so stages-1 rows stay in flight
-// while the current one is reduced and written. The arithmetic is that of
-// rows_regs, chunk by chunk in the same order, so the bits are the same.
-// x and dy are F32 here (the host gives half inputs no slots); w and dx
-// may be of any dtype.
+// chunks per thread of 256: a ring of J.stages row slots (x and dy) in
+// shared memory filled by asynchronous copies, so stages-1 rows stay in
+// flight while the current one is reduced and written. The arithmetic is
+// that of rows_regs at 256 threads, chunk by chunk in the same order, so the
+// bits are the same. x and dy are F32 here (the host gives half inputs no
+// slots); w and dx may be of any dtype. Taken only when the host is asked
+// to (RMSGRAD_CUDA_STAGES), which also makes the block 256 threads.
 template <int K>
 __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm) {
 	const int dim = J.dim;
@@ -550,7 +566,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 					accum(xv, dv, wv, c * 4, dim, true, doR, doDX, ss, s);
 				}
 			}
-			block_sum2<RMS_THREADS>(ss, s, red, b & 1);
+			block_sum2(ss, s, red, b & 1);
 		}
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
@@ -583,21 +599,21 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 	}
 	cp_async_wait(0);
 	if (doDW) {
-		float* part = J.part + (size_t)grp * dim;
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			const int c = t + k * RMS_THREADS;
-			if (c < nch) store4(part, c * 4, dim, true, dwacc[k]);
+			if (c < nch) store_dw(J, grp, c, dim, true, dwacc[k]);
 		}
 	}
 }
 
-// The rows of one group for dims over 4 chunks per thread without slots: the same
-// arithmetic, re-reading x and dy, the dw accumulator living in the group's
-// partial row (only this thread touches these columns of this group). IO as
-// for rows_regs.
+// The rows of one group for dims over 4 chunks per thread without slots:
+// the same arithmetic, re-reading x and dy, the dw accumulator living in
+// the group's partial row (only this thread touches these columns of this
+// group). IO as for rows_regs; T = blockDim.x.
 template <int IO>
 __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
+	const int T = blockDim.x;
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
 	const bool vec = (dim & 3) == 0;
@@ -617,7 +633,7 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		const void* dyr = needDY ? at(J.dy, rowOf(b) * dim, tdy) : nullptr;
 		float ss = 0.0f, s = 0.0f;
 		if (doR || doDX) {
-			for (int c = t; c < nch; c += RMS_THREADS) {
+			for (int c = t; c < nch; c += T) {
 				float x4[4], d4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 				loadT<IO>(xr, c * 4, dim, vec, x4, tx);
 				if (doDX) {
@@ -626,7 +642,7 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 				}
 				accum(x4, d4, w4, c * 4, dim, vec, doR, doDX, ss, s);
 			}
-			block_sum2<RMS_THREADS>(ss, s, red, b & 1);
+			block_sum2(ss, s, red, b & 1);
 		}
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
@@ -637,7 +653,7 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		}
 		if (!needDY) continue;
 		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
-		for (int c = t; c < nch; c += RMS_THREADS) {
+		for (int c = t; c < nch; c += T) {
 			float x4[4], d4[4];
 			loadT<IO>(xr, c * 4, dim, vec, x4, tx);
 			loadT<IO>(dyr, c * 4, dim, vec, d4, tdy);
@@ -661,23 +677,30 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 			}
 		}
 	}
+	if (doDW && J.g == 1) {
+		// One group: dw from the sums this thread kept in the partial row.
+		for (int c = t; c < nch; c += T) {
+			float a[4];
+			load4rw(part, c * 4, dim, vec, a);
+			store_dw(J, grp, c, dim, vec, a);
+		}
+	}
 }
 
-// rows_any runs one group of a general (256-thread) rows entry: the
-// register path up to 4 chunks per thread, streaming beyond, with x, dy
-// and dx of type IO.
+// rows_any runs one group of a general rows entry: the register path up to
+// 4 chunks per thread, streaming beyond, with x, dy and dx of type IO.
 template <int IO>
 __device__ __forceinline__ void rows_any(const Job& J, int grp, float (*red)[2][32], int K) {
 	switch (K) {
 	case 1:
-		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		rows_regs<1, 2, false, IO>(J, grp, red);
 		break;
 	case 2:
-		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		rows_regs<2, 2, false, IO>(J, grp, red);
 		break;
 	case 3:
 	case 4:
-		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		rows_regs<4, 2, false, IO>(J, grp, red);
 		break;
 	default:
 		// Over 4 chunks per thread: x and dy re-read, no register arrays.
@@ -685,20 +708,23 @@ __device__ __forceinline__ void rows_any(const Job& J, int grp, float (*red)[2][
 	}
 }
 
-// grid: (total groups of all jobs of the launch). bmap[blockIdx.x] is the
-// block's job; its group is blockIdx.x - jobs[j].start. 256 threads, two
-// blocks per multiprocessor: dims up to 4096 on the register path, and the
-// others (dims not a multiple of 4 over 4096, or over 8192) streaming.
-extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
+// The general rows kernel: any flags, any dtypes, any dim. grid: (total
+// groups of the launch's jobs); bmap[blockIdx.x] is the block's job, its
+// group blockIdx.x - jobs[j].start. The block size (up to 512) is the one
+// the host gives the job's dim, the same as the dim's fused class below, so
+// an RMSInv, DX and DW run apart give the bits of the fused pass.
+#define RMS_GEN_THREADS 512
+extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
     rms_norm_backward_rows_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
 	__shared__ float red[2][2][32];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int grp = blockIdx.x - J.start;
 	const int nch = (J.dim + 3) >> 2;
-	const int K = (nch + RMS_THREADS - 1) / RMS_THREADS;
+	const int K = (nch + blockDim.x - 1) / blockDim.x;
 	if (J.stages > 0) {
-		// dim % 4 == 0, K <= RMS_KMAX and x, dy F32 (the host sets stages
-		// only then, and only when RMSGRAD_CUDA_STAGES asks for this path).
+		// dim % 4 == 0, K <= RMS_KMAX, x and dy F32 and 256 threads (the
+		// host sets stages only then, and only when RMSGRAD_CUDA_STAGES
+		// asks for this path).
 		float* sm = reinterpret_cast<float*>(rms_dyn);
 		switch (K) {
 		case 1:
@@ -731,83 +757,63 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 	}
 }
 
-// The wide rows kernel: 512 threads, one block per multiprocessor, for dims
-// that are a multiple of 4 from 4100 to 8192 (3 or 4 chunks per thread, the
-// row and w in registers: 128 registers, no spills). One 256-thread block
-// holding 8 chunks per thread spilled; two 512-thread blocks per SM left 64
-// registers and spilled too (docs/cuda.md, run 4).
-#define RMS_WIDE_THREADS 512
-extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
-    rms_norm_backward_rows512_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][32];
-	const Job J = jobs[bmap[blockIdx.x]];
-	const int grp = blockIdx.x - J.start;
-	switch (TYPE_IO(J)) {
-	case T_F32:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_F32>(J, grp, red);
-		break;
-	case T_BF16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_BF16>(J, grp, red);
-		break;
-	case T_F16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_F16>(J, grp, red);
-		break;
-	default:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_ANY>(J, grp, red);
+// The fused kernels (every flag set, dim a multiple of 4, x, dy and dx of
+// one dtype), one per width class of the register path, compiled apart so
+// that the general path's register pressure does not make them spill.
+// Class c takes dims of up to RMS_Cc_NCH chunks with K chunks per thread,
+// S rows in registers, and blocks of T = 32*ceil(nch/K/32) threads (so the
+// block fits the row: at most 31 idle threads). The launch bounds (most
+// threads, fewest blocks per SM) cap the registers: K*4*(2+2S) floats of
+// row, w and dw plus about 30. The host sizes the grid from the class's
+// measured occupancy (cuda/geometry.go). RMS_Cc_S may be overridden
+// (RMSGRAD_CUDA_NVRTC_OPTS) to compare prefetch depths.
+#ifndef RMS_C0_S
+#define RMS_C0_S 3
+#endif
+#ifndef RMS_C1_S
+#define RMS_C1_S 3
+#endif
+#ifndef RMS_C2_S
+#define RMS_C2_S 3
+#endif
+#ifndef RMS_C3_S
+#define RMS_C3_S 2
+#endif
+#ifndef RMS_C4_S
+#define RMS_C4_S 3
+#endif
+#ifndef RMS_C5_S
+#define RMS_C5_S 2
+#endif
+#define RMS_FUSED_CLASS(NAME, K, S, MAXT, MINB)                                                        \
+	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                         \
+	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {                            \
+		__shared__ float red[2][2][32];                                                            \
+		const Job J = jobs[bmap[blockIdx.x]];                                                      \
+		const int grp = blockIdx.x - J.start;                                                      \
+		switch (TYPE_IO(J)) {                                                                      \
+		case T_BF16:                                                                               \
+			rows_regs<K, S, true, T_BF16>(J, grp, red);                                        \
+			break;                                                                             \
+		case T_F16:                                                                                \
+			rows_regs<K, S, true, T_F16>(J, grp, red);                                         \
+			break;                                                                             \
+		default:                                                                                   \
+			rows_regs<K, S, true, T_F32>(J, grp, red);                                         \
+		}                                                                                          \
 	}
-}
-
-// rows_fused runs one group of a fused entry on the 256-thread register
-// path, x, dy and dx of type IO.
-template <int IO>
-__device__ __forceinline__ void rows_fused(const Job& J, int grp, float (*red)[2][32]) {
-	const int nch = J.dim >> 2;
-	if (nch <= RMS_THREADS)
-		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), true, IO>(J, grp, red);
-	else if (nch <= 2 * RMS_THREADS)
-		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), true, IO>(J, grp, red);
-	else
-		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), true, IO>(J, grp, red);
-}
-
-// The fused entries of the two register paths (every flag set, dim a
-// multiple of 4, up to 4096 and from 4100 to 8192, and x, dy and dx of one
-// dtype), compiled as kernels of their own so that the general paths'
-// register pressure does not make them spill. The host sends an entry here
-// only in that case.
-extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
-    rms_norm_backward_rows_fused_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][32];
-	const Job J = jobs[bmap[blockIdx.x]];
-	const int grp = blockIdx.x - J.start;
-	switch (TYPE_IO(J)) {
-	case T_BF16:
-		rows_fused<T_BF16>(J, grp, red);
-		break;
-	case T_F16:
-		rows_fused<T_F16>(J, grp, red);
-		break;
-	default:
-		rows_fused<T_F32>(J, grp, red);
-	}
-}
-
-extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
-    rms_norm_backward_rows512_fused_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][32];
-	const Job J = jobs[bmap[blockIdx.x]];
-	const int grp = blockIdx.x - J.start;
-	switch (TYPE_IO(J)) {
-	case T_BF16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_BF16>(J, grp, red);
-		break;
-	case T_F16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_F16>(J, grp, red);
-		break;
-	default:
-		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_F32>(J, grp, red);
-	}
-}
+// c0: dims up to 1024 (256 chunks), 1 chunk per thread.
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, 256, 3)
+// c1: up to 2048, 2 chunks per thread.
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, 256, 3)
+// c2: up to 3072, 3 chunks per thread.
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, 256, 2)
+// c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, 256, 2)
+// c4: up to 6144, 4 chunks per thread, one block of up to 384 per SM.
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c4, 4, RMS_C4_S, 384, 1)
+// c5: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, 512, 1)
 
 // Reduce layout: a block sums RED_CH chunks of 4 columns over all G partials
 // with RED_SL slices; slice s adds partials s, s+RED_SL, ... in order, then
@@ -890,5 +896,24 @@ extern "C" __global__ void rms_bench_add_f32(const float4* __restrict__ a, const
 	     i += (long long)gridDim.x * blockDim.x) {
 		const float4 u = a[i], v = b[i];
 		c[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+	}
+}
+
+// Fills n elements of dtype dt at p with values in [lo, hi) from a hash of
+// the index and seed: benchmark inputs made on the device, never zeros
+// (cuda.TestBenchSweep).
+extern "C" __global__ void rms_bench_fill(void* p, long long n, int dt, unsigned seed, float lo, float hi) {
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		unsigned h = ((unsigned)i * 0x9E3779B1u) ^ ((unsigned)(i >> 32) * 0x7FEB352Du) ^ seed;
+		h ^= h >> 16;
+		h *= 0x85EBCA6Bu;
+		h ^= h >> 13;
+		h *= 0xC2B2AE35u;
+		h ^= h >> 16;
+		const float v = lo + (hi - lo) * ((float)(h >> 8) * (1.0f / 16777216.0f));
+		if (dt == T_F32)
+			((float*)p)[i] = v;
+		else
+			((unsigned short*)p)[i] = dt == T_BF16 ? f2bf(v) : f2h(v);
 	}
 }
