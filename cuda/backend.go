@@ -156,7 +156,7 @@ func open() (*Backend, error) {
 	}
 	b.nv = nv
 	t0 := time.Now()
-	cubin, err := b.compileKernels()
+	cubin, err := b.cachedKernels()
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +235,34 @@ func open() (*Backend, error) {
 // choice (spinning while the process has fewer contexts than cores).
 var syncFlags = map[string]uint32{"": ctxSchedAuto, "auto": ctxSchedAuto, "spin": ctxSchedSpin, "yield": ctxSchedYield, "block": ctxSchedBlock}
 
+// cubins holds the kernels compiled in this process, by architecture and
+// NVRTC options: a second Open (the tests open a backend per case) reuses
+// them instead of compiling again.
+var cubins struct {
+	sync.Mutex
+	m map[string][]byte
+}
+
+// cachedKernels returns the cubin for b.arch and the NVRTC options of the
+// environment, compiling it on the first call.
+func (b *Backend) cachedKernels() ([]byte, error) {
+	key := b.arch + " " + os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")
+	cubins.Lock()
+	defer cubins.Unlock()
+	if c, ok := cubins.m[key]; ok {
+		return c, nil
+	}
+	c, err := b.compileKernels()
+	if err != nil {
+		return nil, err
+	}
+	if cubins.m == nil {
+		cubins.m = map[string][]byte{}
+	}
+	cubins.m[key] = c
+	return c, nil
+}
+
 // compileKernels compiles shaders.CUDASource for b.arch and returns the cubin.
 func (b *Backend) compileKernels() ([]byte, error) {
 	nv := b.nv
@@ -289,7 +317,8 @@ func (b *Backend) Name() string { return "cuda" }
 // DeviceName returns e.g. "NVIDIA H200 (sm_90)".
 func (b *Backend) DeviceName() string { return b.device }
 
-// CompileTime is how long NVRTC took to compile the kernels at Open.
+// CompileTime is how long NVRTC took to compile the kernels at Open (the
+// first Open of the process; later ones reuse the cubin).
 func (b *Backend) CompileTime() time.Duration { return b.compile }
 
 // bind makes the backend's context current on this goroutine's OS thread;

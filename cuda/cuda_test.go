@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"unsafe"
@@ -38,6 +39,17 @@ func TestOpen(t *testing.T) {
 		t.Errorf("Name() = %q, want cuda", b.Name())
 	}
 	t.Logf("device %s, %d SMs, NVRTC compile %v", b.DeviceName(), b.sms, b.CompileTime())
+	// Registers, local memory (spills) and occupancy of the rows kernels.
+	for k, fn := range b.fnRows {
+		var regs, local int32
+		b.d.cuFuncGetAttribute(&regs, funcAttrNumRegs, fn)
+		b.d.cuFuncGetAttribute(&local, funcAttrLocalBytes, fn)
+		occ := ""
+		if k >= kFused0 {
+			occ = fmt.Sprintf(", blocks/SM by block size/32: %v", b.occ[k-kFused0])
+		}
+		t.Logf("%s: %d registers, %d bytes local%s", rowsKernelName(k), regs, local, occ)
+	}
 }
 
 // The whole conformance suite against the float64 oracle, on the GPU.

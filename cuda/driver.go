@@ -22,6 +22,8 @@ const (
 	attrComputeCapMinor     = 76
 	attrMaxSmemOptin        = 97 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 	funcAttrMaxDynSmem      = 8  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	funcAttrLocalBytes      = 3  // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES (spills, local arrays)
+	funcAttrNumRegs         = 4  // CU_FUNC_ATTRIBUTE_NUM_REGS
 )
 
 // Context scheduling flags (CU_CTX_SCHED_*): how a synchronize waits.
@@ -74,6 +76,7 @@ type driverAPI struct {
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) cuResult
 	cuEventDestroy           func(e uintptr) cuResult
 	cuFuncSetAttribute       func(fn uintptr, attr int32, v int32) cuResult
+	cuFuncGetAttribute       func(v *int32, attr int32, fn uintptr) cuResult
 	cuOccupancyMaxBlocks     func(n *int32, fn uintptr, blockSize int32, smem uintptr) cuResult
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) cuResult
 	// cuLaunchKernelEx (CUDA 11.8+; nil when the driver lacks it) takes

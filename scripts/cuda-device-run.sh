@@ -17,6 +17,8 @@ mkdir -p "$out"
 summary=()
 has() { [[ " $steps " == *" $1 "* ]]; }
 t00=$(date +%s)
+# snap copies the logs so far to OUTDIR (a run cut short still brings them).
+snap() { tar -C "$logs" -czf "$out/all.tar.gz" . 2>/dev/null; }
 finish() {
 	echo
 	echo "==== summary ($(($(date +%s) - t00))s)"
@@ -55,19 +57,27 @@ P
 fi
 
 if has conf; then
+	# Open first (NVRTC compiles the kernels): nothing else runs without it.
+	if ! RMSGRAD_REQUIRE_CUDA=1 timeout 120 "${BIN:-bin}"/cuda.test -test.v -test.run '^TestOpen$' >"$logs/open.log" 2>&1; then
+		summary+=("Open FAILED: $(head -c 4000 "$logs/open.log")")
+		finish
+	fi
+	grep -E 'registers|NVRTC' "$logs/open.log"
 	t0=$(date +%s)
-	RMSGRAD_REQUIRE_CUDA=1 timeout 300 "${BIN:-bin}"/cuda.test -test.v -test.run 'TestOpen|TestConformance|TestSteadyState|TestJobEntryLayout|TestPlan|TestMapped|TestGeometry|TestClassOf|TestGroups' \
+	RMSGRAD_REQUIRE_CUDA=1 timeout 240 "${BIN:-bin}"/cuda.test -test.v -test.run 'TestConformance|TestSteadyState|TestJobEntryLayout|TestPlan|TestMapped|TestGeometry|TestClassOf|TestGroups' \
 		-test.timeout 8m >"$logs/conformance.log" 2>&1
 	rc=$?
 	summary+=("conformance on GPU: rc=$rc in $(($(date +%s) - t0))s; $(grep -c -- '--- PASS' "$logs/conformance.log") passed, $(grep -c -- '--- FAIL' "$logs/conformance.log") failed, $(grep -c -- '--- SKIP' "$logs/conformance.log") skipped; TestConformance subtests passed: $(grep -cE -- '^ +--- PASS: TestConformance/' "$logs/conformance.log")")
-	grep -E -- '--- FAIL|device |_test.go|map bytes' "$logs/conformance.log" | head -40
+	grep -E -- '--- FAIL|device |_test.go' "$logs/conformance.log" | grep -v 'map bytes' | head -40
+	snap
 fi
 
 if has bench; then
 	t0=$(date +%s)
-	BIN=${BIN:-bin} TAG=main timeout 420 scripts/bench-cuda.sh "$logs" >"$logs/bench.log" 2>&1
+	BIN=${BIN:-bin} TAG=main timeout 300 scripts/bench-cuda.sh "$logs" >"$logs/bench.log" 2>&1
 	summary+=("bench rc=$? in $(($(date +%s) - t0))s")
 	grep -E 'jobs [0-9]+x[0-9]+:|Error|FAIL' "$logs/bench.log" | head -20
+	snap
 fi
 
 if has variants; then
@@ -78,9 +88,10 @@ if has variants; then
 	for v in "${vs[@]}"; do
 		# shellcheck disable=SC2086
 		env $v RMSGRAD_CUDA_SWEEP_DIMS=${VDIMS:-1152,2560,3584,5120,6144,7168} RMSGRAD_CUDA_SWEEP_DTYPES=${VDTYPES:-f32} \
-			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_SWEEP=/tmp/variant.json timeout 120 "${BIN:-bin}"/cuda.test -test.run '^TestBenchSweep$' -test.v 2>&1 |
+			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_SWEEP=/tmp/variant.json timeout 60 "${BIN:-bin}"/cuda.test -test.run '^TestBenchSweep$' -test.v 2>&1 |
 			grep -E 'of copy|FAIL|Error' | sed "s/^/[$v] /" >>"$logs/variants.log"
 	done
+	snap
 fi
 
 if has e2e; then
@@ -114,11 +125,12 @@ if has hostbench; then
 		[ -z "${!v:-}" ] && continue
 		t0=$(date +%s)
 		# shellcheck disable=SC2086
-		timeout 300 scripts/gpu-host-bench.sh run "/tmp/hostbench$n" ${!v} >"$logs/hostbench$n.log" 2>&1
+		timeout "${HOSTBENCH_TIMEOUT:-200}" scripts/gpu-host-bench.sh run "/tmp/hostbench$n" ${!v} >"$logs/hostbench$n.log" 2>&1
 		rc=$?
 		cp "/tmp/hostbench$n/bench.md" "$logs/hostbench$n.md" 2>/dev/null
 		summary+=("hostbench $n (${!v}): rc=$rc in $(($(date +%s) - t0))s")
 		grep -E '^\| (e2e|batching|variant|before/after|storage)' "$logs/hostbench$n.md" 2>/dev/null | cut -c1-400
+		snap
 	done
 fi
 finish
