@@ -1,8 +1,13 @@
 package cuda
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -45,7 +50,7 @@ type Backend struct {
 	// on a multiprocessor (the driver's occupancy of the compiled kernel).
 	occ [][]int
 
-	mod                             uintptr
+	mods                            []uintptr // one module per NVRTC program (kernelParts)
 	fnRows                          []uintptr // rows kernels, by kRows, kFused0+class
 	fnReduce, fnAdd, fnSpin, fnFill uintptr
 	stream                          uintptr
@@ -156,7 +161,7 @@ func open() (*Backend, error) {
 	}
 	b.nv = nv
 	t0 := time.Now()
-	cubin, err := b.cachedKernels()
+	cubins, fromDisk, err := b.cachedKernels(false)
 	if err != nil {
 		return nil, err
 	}
@@ -179,25 +184,31 @@ func open() (*Backend, error) {
 	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(b.ctx)); err != nil {
 		return nil, err
 	}
-	if err := d.check("cuModuleLoadData", d.cuModuleLoadData(&b.mod, unsafe.Pointer(&cubin[0]))); err != nil {
-		return nil, err
-	}
-	runtime.KeepAlive(cubin)
-	b.fnRows = make([]uintptr, nKernels)
-	fns := []struct {
-		fn   *uintptr
-		name string
-	}{{&b.fnRows[kRows], shaders.CUDARowsKernel}, {&b.fnReduce, shaders.CUDAReduceKernel},
-		{&b.fnAdd, shaders.CUDAAddKernel}, {&b.fnSpin, shaders.CUDASpinKernel}, {&b.fnFill, shaders.CUDAFillKernel}}
-	for c, name := range shaders.CUDARowsFusedKernels {
-		fns = append(fns, struct {
-			fn   *uintptr
-			name string
-		}{&b.fnRows[kFused0+c], name})
-	}
-	for _, f := range fns {
-		if err := d.check("cuModuleGetFunction("+f.name+")", d.cuModuleGetFunction(f.fn, b.mod, f.name)); err != nil {
+	if err := b.loadModules(cubins); err != nil {
+		if !fromDisk {
 			return nil, err
+		}
+		// A damaged or foreign file in the cache: compile afresh.
+		if cubins, _, err = b.cachedKernels(true); err != nil {
+			return nil, err
+		}
+		b.compile = time.Since(t0)
+		if err := b.loadModules(cubins); err != nil {
+			return nil, err
+		}
+	}
+	fns := map[string]*uintptr{shaders.CUDARowsKernel: nil, shaders.CUDAReduceKernel: &b.fnReduce,
+		shaders.CUDAAddKernel: &b.fnAdd, shaders.CUDASpinKernel: &b.fnSpin, shaders.CUDAFillKernel: &b.fnFill}
+	b.fnRows = make([]uintptr, nKernels)
+	fns[shaders.CUDARowsKernel] = &b.fnRows[kRows]
+	for c, name := range shaders.CUDARowsFusedKernels {
+		fns[name] = &b.fnRows[kFused0+c]
+	}
+	for p, names := range kernelParts() {
+		for _, name := range names {
+			if err := d.check("cuModuleGetFunction("+name+")", d.cuModuleGetFunction(fns[name], b.mods[p], name)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// Occupancy of each fused class at every block size it may run with.
@@ -235,36 +246,137 @@ func open() (*Backend, error) {
 // choice (spinning while the process has fewer contexts than cores).
 var syncFlags = map[string]uint32{"": ctxSchedAuto, "auto": ctxSchedAuto, "spin": ctxSchedSpin, "yield": ctxSchedYield, "block": ctxSchedBlock}
 
-// cubins holds the kernels compiled in this process, by architecture and
-// NVRTC options: a second Open (the tests open a backend per case) reuses
-// them instead of compiling again.
+// kernelParts lists the kernels of each NVRTC program: the source is
+// compiled as len(kernelParts()) programs at once (RMS_PART n keeps the
+// kernels of part n), each on its own thread, since NVRTC takes tens of
+// seconds over all of them on one.
+func kernelParts() [][]string {
+	parts := [][]string{{shaders.CUDARowsKernel}, {shaders.CUDAReduceKernel, shaders.CUDAAddKernel, shaders.CUDASpinKernel, shaders.CUDAFillKernel}}
+	for _, name := range shaders.CUDARowsFusedKernels {
+		parts = append(parts, []string{name})
+	}
+	return parts
+}
+
+// loadModules loads one module per part's cubin.
+func (b *Backend) loadModules(cubins [][]byte) error {
+	for _, m := range b.mods {
+		b.d.cuModuleUnload(m)
+	}
+	b.mods = make([]uintptr, len(cubins))
+	for p, c := range cubins {
+		if err := b.d.check("cuModuleLoadData", b.d.cuModuleLoadData(&b.mods[p], unsafe.Pointer(&c[0]))); err != nil {
+			return fmt.Errorf("cuda: loading part %d of the kernels: %w", p, err)
+		}
+		runtime.KeepAlive(c)
+	}
+	return nil
+}
+
+// cubins holds the kernels compiled in this process, by part, architecture
+// and NVRTC options: a second Open (the tests open a backend per case)
+// reuses them instead of compiling again.
 var cubins struct {
 	sync.Mutex
 	m map[string][]byte
 }
 
-// cachedKernels returns the cubin for b.arch and the NVRTC options of the
-// environment, compiling it on the first call.
-func (b *Backend) cachedKernels() ([]byte, error) {
-	key := b.arch + " " + os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")
+// cubinCacheDir is where compiled kernels are kept between processes:
+// RMSGRAD_CUDA_CACHE, a directory or "off", else rmsgrad/cuda under the
+// user's cache directory; "" when there is none.
+func cubinCacheDir() string {
+	if v := os.Getenv("RMSGRAD_CUDA_CACHE"); v != "" {
+		if v == "off" {
+			return ""
+		}
+		return v
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "rmsgrad", "cuda")
+}
+
+// cachedKernels returns the cubin of each part (kernelParts) for b.arch and
+// the NVRTC options of the environment: from this process's earlier Open,
+// else from the cache directory (a file named by the hash of the source,
+// the part, the architecture, the options and NVRTC's version), else
+// compiled (the missing parts at once) and stored there. fresh skips the
+// cache directory (a cubin from it that the driver refused); fromDisk says
+// whether any part came from it.
+func (b *Backend) cachedKernels(fresh bool) (out [][]byte, fromDisk bool, err error) {
+	opts := os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")
+	var major, minor int32
+	b.nv.nvrtcVersion(&major, &minor)
+	parts := kernelParts()
+	keys := make([]string, len(parts))
+	for p := range parts {
+		h := sha256.New()
+		fmt.Fprintf(h, "rmsgrad cubin 1\x00%d\x00%s\x00%s\x00%d.%d\x00", p, b.arch, opts, major, minor)
+		io.WriteString(h, shaders.CUDASource)
+		keys[p] = hex.EncodeToString(h.Sum(nil))[:32]
+	}
 	cubins.Lock()
 	defer cubins.Unlock()
-	if c, ok := cubins.m[key]; ok {
-		return c, nil
-	}
-	c, err := b.compileKernels()
-	if err != nil {
-		return nil, err
-	}
 	if cubins.m == nil {
 		cubins.m = map[string][]byte{}
 	}
-	cubins.m[key] = c
-	return c, nil
+	dir := cubinCacheDir()
+	out = make([][]byte, len(parts))
+	var missing []int
+	for p, key := range keys {
+		if c, ok := cubins.m[key]; ok && !fresh {
+			out[p] = c
+			continue
+		}
+		if dir != "" && !fresh {
+			if c, err := os.ReadFile(filepath.Join(dir, key+".cubin")); err == nil && len(c) > 0 {
+				out[p], fromDisk = c, true
+				cubins.m[key] = c
+				continue
+			}
+		}
+		missing = append(missing, p)
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for _, p := range missing {
+		wg.Go(func() { out[p], errs[p] = b.compileKernels(p) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, false, err
+	}
+	for _, p := range missing {
+		cubins.m[keys[p]] = out[p]
+		if dir != "" {
+			storeCubin(dir, keys[p], out[p])
+		}
+	}
+	return out, fromDisk, nil
 }
 
-// compileKernels compiles shaders.CUDASource for b.arch and returns the cubin.
-func (b *Backend) compileKernels() ([]byte, error) {
+// storeCubin writes c as dir/key.cubin, best effort: a cache that cannot be
+// written costs the next process a compile, nothing else.
+func storeCubin(dir, key string, c []byte) {
+	if os.MkdirAll(dir, 0o755) != nil {
+		return
+	}
+	f, err := os.CreateTemp(dir, key+".*.tmp")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(c)
+	if cerr := f.Close(); werr == nil && cerr == nil {
+		_ = os.Rename(f.Name(), filepath.Join(dir, key+".cubin"))
+	}
+	_ = os.Remove(f.Name())
+}
+
+// compileKernels compiles part p of shaders.CUDASource (RMS_PART=p) for
+// b.arch and returns its cubin.
+func (b *Backend) compileKernels(p int) ([]byte, error) {
 	nv := b.nv
 	nvErr := func(call string, r int32) error {
 		return &DriverError{Call: call, Code: int(r), Name: nv.nvrtcGetErrorString(r), kind: compute.ErrDevice}
@@ -274,7 +386,7 @@ func (b *Backend) compileKernels() ([]byte, error) {
 		return nil, nvErr("nvrtcCreateProgram", r)
 	}
 	defer nv.nvrtcDestroyProgram(&prog)
-	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo"}
+	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo", fmt.Sprintf("-DRMS_PART=%d", p)}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
 	opts = append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
@@ -317,8 +429,8 @@ func (b *Backend) Name() string { return "cuda" }
 // DeviceName returns e.g. "NVIDIA H200 (sm_90)".
 func (b *Backend) DeviceName() string { return b.device }
 
-// CompileTime is how long NVRTC took to compile the kernels at Open (the
-// first Open of the process; later ones reuse the cubin).
+// CompileTime is how long Open took to get the kernels: NVRTC's compile, or
+// reading them from the cache (cubinCacheDir) or this process's first Open.
 func (b *Backend) CompileTime() time.Duration { return b.compile }
 
 // bind makes the backend's context current on this goroutine's OS thread;
@@ -482,13 +594,14 @@ func (b *Backend) destroy() {
 	if b.stream != 0 {
 		d.cuStreamDestroy(b.stream)
 	}
-	if b.mod != 0 {
-		d.cuModuleUnload(b.mod)
+	for _, m := range b.mods {
+		d.cuModuleUnload(m)
 	}
+	b.mods = nil
 	if b.ctx != 0 {
 		d.cuDevicePrimaryCtxRel(b.dev)
 	}
-	b.stream, b.mod, b.ctx, b.evStart, b.evEnd, b.evK0, b.evK1 = 0, 0, 0, 0, 0, 0, 0
+	b.stream, b.ctx, b.evStart, b.evEnd, b.evK0, b.evK1 = 0, 0, 0, 0, 0, 0
 }
 
 // buffer is a compute.Buffer: pinned host view plus device copy.

@@ -111,7 +111,22 @@ func loadDriver() (*driverAPI, error) {
 	if _, e := purego.Dlsym(lib, elapsed); e != nil {
 		elapsed = "cuEventElapsedTime"
 	}
-	err = bind(lib, "libcuda.so.1", map[string]any{
+	err = bind(lib, "libcuda.so.1", driverSymbols(d, elapsed))
+	if err != nil {
+		return nil, err
+	}
+	if sym, e := purego.Dlsym(lib, "cuLaunchKernelEx"); e == nil {
+		purego.RegisterFunc(&d.cuLaunchKernelEx, sym)
+	}
+	return d, nil
+}
+
+// driverSymbols maps each driver symbol to the field of d it binds (every
+// function field but cuLaunchKernelEx, which is optional); elapsed is the
+// cuEventElapsedTime symbol the driver has (TestDriverSymbols checks that
+// no field is left out).
+func driverSymbols(d *driverAPI, elapsed string) map[string]any {
+	return map[string]any{
 		"cuInit":                        &d.cuInit,
 		"cuDriverGetVersion":            &d.cuDriverGetVersion,
 		"cuDeviceGetCount":              &d.cuDeviceGetCount,
@@ -143,16 +158,10 @@ func loadDriver() (*driverAPI, error) {
 		"cuEventDestroy_v2":             &d.cuEventDestroy,
 		"cuLaunchKernel":                &d.cuLaunchKernel,
 		"cuFuncSetAttribute":            &d.cuFuncSetAttribute,
+		"cuFuncGetAttribute":            &d.cuFuncGetAttribute,
 		"cuOccupancyMaxActiveBlocksPerMultiprocessor": &d.cuOccupancyMaxBlocks,
 		"cuGetErrorName": &d.cuGetErrorName,
-	})
-	if err != nil {
-		return nil, err
 	}
-	if sym, e := purego.Dlsym(lib, "cuLaunchKernelEx"); e == nil {
-		purego.RegisterFunc(&d.cuLaunchKernelEx, sym)
-	}
-	return d, nil
 }
 
 // launchConfig is CUlaunchConfig and launchAttr CUlaunchAttribute (cuda.h):

@@ -3,11 +3,17 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/shaders"
 )
 
 // fakeBackend records ops without a GPU, so the planner can be tested on
@@ -448,5 +454,120 @@ func TestParseBenchShapes(t *testing.T) {
 		if _, err := parseBenchShapes(bad); err == nil {
 			t.Errorf("parseBenchShapes(%q) accepted", bad)
 		}
+	}
+}
+
+// Every function field of driverAPI is bound by loadDriver (driverSymbols),
+// but the optional cuLaunchKernelEx: a field left out is a nil function
+// that panics on a GPU host only.
+func TestDriverSymbols(t *testing.T) {
+	d := &driverAPI{}
+	bound := map[uintptr]bool{}
+	for _, p := range driverSymbols(d, "cuEventElapsedTime_v2") {
+		bound[reflect.ValueOf(p).Pointer()] = true
+	}
+	v := reflect.ValueOf(d).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Type.Kind() != reflect.Func || f.Name == "cuLaunchKernelEx" {
+			continue
+		}
+		if !bound[v.Field(i).Addr().Pointer()] {
+			t.Errorf("driverAPI.%s is not in driverSymbols", f.Name)
+		}
+	}
+	n := 0
+	for i := range v.NumField() {
+		if v.Field(i).Kind() == reflect.Func {
+			n++
+		}
+	}
+	if len(bound) != n-1 {
+		t.Errorf("driverSymbols binds %d fields, driverAPI has %d function fields (one optional)", len(bound), n)
+	}
+}
+
+// Each kernel is in one NVRTC program (kernelParts), and the .cu keeps it
+// in that part: the nearest RMS_PART_IS guard above its definition names
+// the part. A mismatch would fail only on a GPU host (a kernel missing
+// from its module).
+func TestKernelParts(t *testing.T) {
+	src := shaders.CUDASource
+	seen := map[string]bool{}
+	for p, names := range kernelParts() {
+		for _, name := range names {
+			if seen[name] {
+				t.Errorf("kernel %s in two parts", name)
+			}
+			seen[name] = true
+			def := -1
+			for _, pat := range []string{" " + name + "(", "RMS_FUSED_CLASS(" + name + ","} {
+				if i := strings.Index(src, pat); i >= 0 && (def < 0 || i < def) {
+					// The definition, not a mention in a comment.
+					if ls := strings.LastIndex(src[:i], "\n"); !strings.HasPrefix(strings.TrimSpace(src[ls+1:i+1]), "//") {
+						def = i
+					}
+				}
+			}
+			if def < 0 {
+				t.Errorf("kernel %s: no definition in %s", name, shaders.CUDAFile)
+				continue
+			}
+			// The RMS_PART_IS guards open at the definition (a stack of the
+			// preprocessor conditionals above it).
+			var stack []string
+			for _, l := range strings.Split(src[:def], "\n") {
+				switch l = strings.TrimSpace(l); {
+				case strings.HasPrefix(l, "#if"):
+					stack = append(stack, l)
+				case strings.HasPrefix(l, "#endif") && len(stack) > 0:
+					stack = stack[:len(stack)-1]
+				}
+			}
+			n, found := -1, 0
+			for _, c := range stack {
+				if _, err := fmt.Sscanf(c, "#if RMS_PART_IS(%d)", &n); err == nil {
+					found++
+				}
+			}
+			if found != 1 || n != p {
+				t.Errorf("kernel %s: %d RMS_PART_IS guards open (part %d), kernelParts has it in part %d", name, found, n, p)
+			}
+		}
+	}
+	for _, name := range append([]string{shaders.CUDARowsKernel, shaders.CUDAReduceKernel, shaders.CUDAAddKernel, shaders.CUDASpinKernel, shaders.CUDAFillKernel}, shaders.CUDARowsFusedKernels[:]...) {
+		if !seen[name] {
+			t.Errorf("kernel %s is in no part", name)
+		}
+	}
+}
+
+// RMSGRAD_CUDA_CACHE names the compiled kernels' directory, "off" disables
+// it, and by default it is under the user's cache directory.
+func TestCubinCacheDir(t *testing.T) {
+	t.Setenv("RMSGRAD_CUDA_CACHE", "/some/dir")
+	if d := cubinCacheDir(); d != "/some/dir" {
+		t.Errorf("RMSGRAD_CUDA_CACHE=/some/dir: %q", d)
+	}
+	t.Setenv("RMSGRAD_CUDA_CACHE", "off")
+	if d := cubinCacheDir(); d != "" {
+		t.Errorf("RMSGRAD_CUDA_CACHE=off: %q", d)
+	}
+	t.Setenv("RMSGRAD_CUDA_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	if d := cubinCacheDir(); d != "/xdg/rmsgrad/cuda" {
+		t.Errorf("default with XDG_CACHE_HOME=/xdg: %q", d)
+	}
+}
+
+// storeCubin writes the file atomically and leaves no temporary behind.
+func TestStoreCubin(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	storeCubin(dir, "k", []byte("cubin"))
+	if b, err := os.ReadFile(filepath.Join(dir, "k.cubin")); err != nil || string(b) != "cubin" {
+		t.Fatalf("read back: %q, %v", b, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(m) != 0 {
+		t.Fatalf("temporaries left: %v", m)
 	}
 }

@@ -63,6 +63,16 @@
 // memory (rows_stream).
 #define RMS_KMAX 8
 
+// The host compiles the file as several programs at once (cuda/backend.go
+// kernelParts), RMS_PART=n keeping the kernels of part n: 0 the general
+// rows kernel, 1 the reduction and the benchmark kernels, 2+c fused class
+// c. Without RMS_PART (the CPU test harness, nvcc) every kernel is kept.
+#ifdef RMS_PART
+#define RMS_PART_IS(n) (RMS_PART == (n))
+#else
+#define RMS_PART_IS(n) 1
+#endif
+
 #define F_COMPUTE_R 1
 #define F_WRITE_R 2
 #define F_DX 4
@@ -714,6 +724,7 @@ __device__ __forceinline__ void rows_any(const Job& J, int grp, float (*red)[2][
 // the host gives the job's dim, the same as the dim's fused class below, so
 // an RMSInv, DX and DW run apart give the bits of the fused pass.
 #define RMS_GEN_THREADS 512
+#if RMS_PART_IS(0)
 extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
     rms_norm_backward_rows_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
 	__shared__ float red[2][2][32];
@@ -757,6 +768,7 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 	}
 }
 
+#endif
 // The fused kernels (every flag set, dim a multiple of 4, x, dy and dx of
 // one dtype), one per width class of the register path, compiled apart so
 // that the general path's register pressure does not make them spill.
@@ -803,18 +815,31 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 		}                                                                                          \
 	}
 // c0: dims up to 1024 (256 chunks), 1 chunk per thread.
+#if RMS_PART_IS(2)
 RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, 256, 3)
+#endif
 // c1: up to 2048, 2 chunks per thread.
+#if RMS_PART_IS(3)
 RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, 256, 3)
+#endif
 // c2: up to 3072, 3 chunks per thread.
+#if RMS_PART_IS(4)
 RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, 256, 2)
+#endif
 // c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
+#if RMS_PART_IS(5)
 RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, 256, 2)
+#endif
 // c4: up to 6144, 4 chunks per thread, one block of up to 384 per SM.
+#if RMS_PART_IS(6)
 RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c4, 4, RMS_C4_S, 384, 1)
+#endif
 // c5: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
+#if RMS_PART_IS(7)
 RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, 512, 1)
+#endif
 
+#if RMS_PART_IS(1)
 // Reduce layout: a block sums RED_CH chunks of 4 columns over all G partials
 // with RED_SL slices; slice s adds partials s, s+RED_SL, ... in order, then
 // slice sums are added in slice order.
@@ -917,3 +942,4 @@ extern "C" __global__ void rms_bench_fill(void* p, long long n, int dt, unsigned
 			((unsigned short*)p)[i] = dt == T_BF16 ? f2bf(v) : f2h(v);
 	}
 }
+#endif
