@@ -149,6 +149,17 @@ func open() (*Backend, error) {
 		b.rgAlign = v
 	}
 	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
+	if v := os.Getenv("RMSGRAD_CUDA_C4_GEOM"); v != "" {
+		// A benchmark variant of class c4 ("k,maxThreads"), compiled with
+		// -DRMS_C4_K and -DRMS_C4_MAXT to match (RMSGRAD_CUDA_NVRTC_OPTS).
+		k, t, _ := strings.Cut(v, ",")
+		kk, err1 := strconv.Atoi(k)
+		tt, err2 := strconv.Atoi(t)
+		if err1 != nil || err2 != nil || kk < 1 || kk > 4 || tt < 32 || tt > 1024 || tt%32 != 0 || kk*tt < 4*384 {
+			return nil, fmt.Errorf("cuda: RMSGRAD_CUDA_C4_GEOM %q: want k,maxThreads covering 1536 chunks: %w", v, compute.ErrInvalidArgument)
+		}
+		fusedClasses[4].k, fusedClasses[4].maxThreads = kk, tt
+	}
 	b.mapMax = defaultMapMax
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAP_BYTES")); err == nil && v >= 0 {
 		b.mapMax = v

@@ -172,10 +172,12 @@ type execPlan struct {
 // H200, 16384 rows in 256 groups of 64 beat 261 groups of 63 by 1-3 us
 // (docs/cuda.md, run 9).
 //
-// A group holds at least minGroupElems elements (whole rows): a small job
-// is one block, or a few, so a batch of them is one launch with about a
-// block per job, and a job in one group stores dw itself (no partials, no
-// reduce launch).
+// A small job (under smallJobElems elements) gets groups of at least
+// minGroupElems elements (whole rows): one block, or a few, so a batch of
+// them is one launch with about a block per job, and a job in one group
+// stores dw itself (no partials, no reduce launch). Larger jobs keep the
+// whole device (a 1000x257 job in groups of 32 rows took 2.8 times as long
+// as in groups of 4 on the H200).
 func groups(rows, dim, gmax, align int) (rg, g int) {
 	rg = (rows + gmax - 1) / gmax
 	if align > 1 {
@@ -183,16 +185,19 @@ func groups(rows, dim, gmax, align int) (rg, g int) {
 			rg = ra
 		}
 	}
-	if m := (minGroupElems + dim - 1) / max(dim, 1); rg < m {
+	if m := (minGroupElems + dim - 1) / max(dim, 1); rows*dim < smallJobElems && rg < m {
 		rg = m
 	}
 	rg = max(1, min(rg, rows))
 	return rg, (rows + rg - 1) / rg
 }
 
-// minGroupElems is the fewest elements a row group holds (groups): 8 rows
-// of 1024.
-const minGroupElems = 8192
+// minGroupElems is the fewest elements a row group of a small job holds
+// (groups): 8 rows of 1024; smallJobElems is where a job stops being small.
+const (
+	minGroupElems = 8192
+	smallJobElems = 1 << 17
+)
 
 // defaultRGAlign is the backend's groups alignment (RMSGRAD_CUDA_RG_ALIGN
 // overrides it).

@@ -221,10 +221,11 @@ func TestGroups(t *testing.T) {
 		// align 8: rounded up only when that adds at most 2%.
 		{16384, 4096, 264, 8, 64, 256}, {32768, 8192, 264, 8, 125, 263}, {4096, 4096, 264, 8, 16, 256}, {1000, wide, 264, 8, 4, 250},
 		{32768, 8192, 132, 8, 249, 132}, {265, wide, 264, 8, 2, 133}, {12288, 4096, 264, 8, 47, 262}, {12672, 4096, 264, 8, 48, 264},
-		// At least minGroupElems (8192) elements per group: a small job is
-		// one group, or a few.
-		{8, 1024, 264, 0, 8, 1}, {8, 1024, 264, 8, 8, 1}, {20, 1024, 264, 0, 8, 3}, {64, 4096, 264, 8, 2, 32},
-		{1000, 257, 264, 0, 32, 32}, {3, 257, 264, 0, 3, 1}, {7, 1, 3, 0, 7, 1}, {2, 8192, 264, 0, 1, 2},
+		// At least minGroupElems (8192) elements per group for a job of
+		// under smallJobElems (131072): one group, or a few.
+		{8, 1024, 264, 0, 8, 1}, {8, 1024, 264, 8, 8, 1}, {20, 1024, 264, 0, 8, 3}, {16, 4096, 264, 8, 2, 8},
+		{64, 4096, 264, 8, 1, 64}, {1000, 257, 264, 0, 4, 250}, {500, 257, 264, 0, 32, 16},
+		{3, 257, 264, 0, 3, 1}, {7, 1, 3, 0, 7, 1}, {2, 8192, 264, 0, 1, 2},
 	} {
 		rg, g := groups(c.rows, c.dim, c.gmax, c.align)
 		if rg != c.rg || g != c.g {
@@ -298,7 +299,7 @@ func TestGeometry(t *testing.T) {
 		{0, 16384, 1152, geom{rg: 25, g: 656, threads: 160, class: 1}},
 		{0, 16384, 2560, geom{rg: 63, g: 261, threads: 224, class: 2}},
 		{0, 100000, 1024, geom{rg: 253, g: 396, threads: 256, class: 0}},
-		{0, 1000, 257, geom{rg: 32, g: 32, threads: 256, class: -1}},
+		{0, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}},
 		{0, 8, 1024, geom{rg: 8, g: 1, threads: 256, class: 0}},
 		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}},
 		{0, 7, 4097, geom{rg: 2, g: 4, threads: 256, class: -1}},
@@ -306,7 +307,7 @@ func TestGeometry(t *testing.T) {
 		{4, 32768, 8192, geom{rg: 125, g: 263, stages: 1, threads: 256, class: -1}},
 		{4, 16384, 5120, geom{rg: 63, g: 261, stages: 2, threads: 256, class: -1}},
 		{4, 8, 1024, geom{rg: 8, g: 1, stages: 4, threads: 256, class: -1}},
-		{4, 1000, 257, geom{rg: 32, g: 32, threads: 256, class: -1}},
+		{4, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}},
 		{4, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}},
 		{2, 4096, 4096, geom{rg: 16, g: 256, stages: 2, threads: 256, class: -1}},
 	} {
@@ -378,11 +379,11 @@ func TestPlanDTypes(t *testing.T) {
 		kernel, stages       int
 		smemKernel, smemStag int // with RMSGRAD_CUDA_STAGES=4
 	}{
-		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 2},
+		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 1},
 		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kFused0 + 4, 0, kRows, 0},
 		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kFused0 + 4, 0, kRows, 0},
 		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0, kRows, 0},
-		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 2},
+		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 1},
 	} {
 		x, w, dy, r, dx, dw := alloc(c.x, rows, dim), alloc(c.w, dim), alloc(c.dy, rows, dim), alloc(compute.F32, rows), alloc(c.dx, rows, dim), alloc(c.dw, dim)
 		ops := record(t, f, func(cb *compute.CommandBuffer) error {

@@ -81,13 +81,14 @@ if has bench; then
 fi
 
 if has variants; then
-	# VARIANTS: ";"-separated sets of environment assignments (geometry and
-	# NVRTC knobs of the cuda backend) to run the dim sweep with, over
-	# VDIMS (F32), beside the default.
+	# VARIANTS: ";"-separated sets of "+"-separated environment
+	# assignments (geometry and NVRTC knobs of the cuda backend; a value
+	# may hold spaces) to run the dim sweep with, over VDIMS in VDTYPES,
+	# beside the default.
 	IFS=';' read -ra vs <<<"${VARIANTS:-RMSGRAD_CUDA_STAGES=3}"
 	for v in "${vs[@]}"; do
-		# shellcheck disable=SC2086
-		env $v RMSGRAD_CUDA_SWEEP_DIMS=${VDIMS:-1152,2560,3584,5120,6144,7168} RMSGRAD_CUDA_SWEEP_DTYPES=${VDTYPES:-f32} \
+		IFS='+' read -ra kv <<<"$v"
+		env "${kv[@]}" RMSGRAD_CUDA_SWEEP_DIMS=${VDIMS:-1152,2560,3584,5120,6144,7168} RMSGRAD_CUDA_SWEEP_DTYPES=${VDTYPES:-f32} \
 			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_SWEEP=/tmp/variant.json timeout 60 "${BIN:-bin}"/cuda.test -test.run '^TestBenchSweep$' -test.v 2>&1 |
 			grep -E 'of copy|FAIL|Error' | sed "s/^/[$v] /" >>"$logs/variants.log"
 	done

@@ -113,13 +113,20 @@ struct Job {
 	int types;  // dtypes of x, w, dy, dx, dw and the IO type (TYPE_*)
 };
 
+// RMS_VOLATILE_LOADS (a benchmark variant, RMSGRAD_CUDA_NVRTC_OPTS) issues
+// the 16- and 8-byte input loads as volatile asm, so that the compiler
+// keeps them where the code puts them (a row's loads S-1 rows ahead).
 __device__ __forceinline__ void load4(const float* __restrict__ p, int e, int dim, bool vec, float v[4]) {
 	if (vec) {
+#if defined(RMS_VOLATILE_LOADS) && !defined(RMS_EMU)
+		asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "l"(p + e));
+#else
 		float4 t = __ldg(reinterpret_cast<const float4*>(p + e));
 		v[0] = t.x;
 		v[1] = t.y;
 		v[2] = t.z;
 		v[3] = t.w;
+#endif
 	} else {
 #pragma unroll
 		for (int q = 0; q < 4; q++) v[q] = (e + q < dim) ? __ldg(p + e + q) : 0.0f;
@@ -389,11 +396,60 @@ __device__ __forceinline__ void store_dw(const Job& J, int grp, int c, int dim, 
 	}
 }
 
+// Chunk<IO> is 4 elements of a row as the register path holds them between
+// their load and their use: F32 (and T_ANY, widened as loaded) as 4 floats,
+// BF16 and F16 as loaded, two to a 32-bit word, widened when used, so a row
+// of halfs takes half the registers and twice the rows fit in flight.
+// Elements past dim are 0.
+template <int IO>
+struct Chunk {
+	float f[4];
+	__device__ __forceinline__ void clear() { f[0] = f[1] = f[2] = f[3] = 0.0f; }
+	__device__ __forceinline__ void load(const void* p, int e, int dim, bool vec, int dt) { loadT<IO>(p, e, dim, vec, f, dt); }
+	__device__ __forceinline__ void get(float v[4]) const {
+#pragma unroll
+		for (int q = 0; q < 4; q++) v[q] = f[q];
+	}
+};
+template <int H>
+struct HalfChunk {
+	unsigned int h[2];
+	__device__ __forceinline__ void clear() { h[0] = h[1] = 0u; }
+	__device__ __forceinline__ void load(const void* p, int e, int dim, bool vec, int) {
+		const unsigned short* u = (const unsigned short*)p;
+		if (vec) {
+#if defined(RMS_VOLATILE_LOADS) && !defined(RMS_EMU)
+			asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(h[0]), "=r"(h[1]) : "l"(u + e));
+#else
+			const uint2 t = __ldg(reinterpret_cast<const uint2*>(u + e));
+			h[0] = t.x;
+			h[1] = t.y;
+#endif
+		} else {
+			unsigned int q[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++) q[i] = (e + i < dim) ? (unsigned int)__ldg(u + e + i) : 0u;
+			h[0] = q[0] | (q[1] << 16);
+			h[1] = q[2] | (q[3] << 16);
+		}
+	}
+	__device__ __forceinline__ void get(float v[4]) const {
+		v[0] = widen<H>(h[0] & 0xffffu);
+		v[1] = widen<H>(h[0] >> 16);
+		v[2] = widen<H>(h[1] & 0xffffu);
+		v[3] = widen<H>(h[1] >> 16);
+	}
+};
+template <>
+struct Chunk<T_BF16> : HalfChunk<T_BF16> {};
+template <>
+struct Chunk<T_F16> : HalfChunk<T_F16> {};
+
 // The rows of one group with each row held in registers: thread t of the
 // T = blockDim.x owns the 4-element chunks t, t+T, ... (at most K of them)
 // of every row, and, when dx is wanted, the same chunks of w, loaded once.
-// S rows are in registers at once (slots): while one is reduced and
-// written, the next S-1 of the group are in flight. The row loop is
+// S rows are in registers at once (slots, as loaded: Chunk): while one is
+// reduced and written, the next S-1 of the group are in flight. The row loop is
 // unrolled by S so that the slot index is a constant (a run-time index
 // would put the arrays in local memory). Measured on the H200
 // (docs/cuda.md): holding w in registers instead of re-reading it twice per
@@ -425,7 +481,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	const int tx = IO == T_ANY ? TYPE_X(J) : IO, tdy = IO == T_ANY ? TYPE_DY(J) : IO;
 	const int tdx = IO == T_ANY ? TYPE_DX(J) : IO, tw = TYPE_W(J);
 
-	float wv[K][4], dwacc[K][4], xs[S][K][4], ds[S][K][4];
+	float wv[K][4], dwacc[K][4];
+	Chunk<IO> xs[S][K], ds[S][K];
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		const int c = t + k * T;
@@ -433,9 +490,10 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 		for (int q = 0; q < 4; q++) wv[k][q] = dwacc[k][q] = 0.0f;
 		if (doDX && c < nch) loadT<T_ANY>(J.w, c * 4, dim, vec, wv[k], tw);
 #pragma unroll
-		for (int i = 0; i < S; i++)
-#pragma unroll
-			for (int q = 0; q < 4; q++) xs[i][k][q] = ds[i][k][q] = 0.0f;
+		for (int i = 0; i < S; i++) {
+			xs[i][k].clear();
+			ds[i][k].clear();
+		}
 	}
 	// load fills slot i with row b (nothing past the group's last row).
 	auto load = [&](int i, int b) {
@@ -446,8 +504,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 			for (int k = 0; k < K; k++) {
 				const int c = t + k * T;
 				if (c < nch) {
-					loadT<IO>(xr, c * 4, dim, vec, xs[i][k], tx);
-					if (needDY) loadT<IO>(dyr, c * 4, dim, vec, ds[i][k], tdy);
+					xs[i][k].load(xr, c * 4, dim, vec, tx);
+					if (needDY) ds[i][k].load(dyr, c * 4, dim, vec, tdy);
 				}
 			}
 		}
@@ -464,7 +522,12 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 #pragma unroll
 					for (int k = 0; k < K; k++) {
 						const int c = t + k * T;
-						if (c < nch) accum(xs[i][k], ds[i][k], wv[k], c * 4, dim, vec, doR, doDX, ss, s);
+						if (c < nch) {
+							float xv[4], dv[4];
+							xs[i][k].get(xv);
+							ds[i][k].get(dv);
+							accum(xv, dv, wv[k], c * 4, dim, vec, doR, doDX, ss, s);
+						}
 					}
 					block_sum2(ss, s, red, b & 1);
 				}
@@ -480,16 +543,19 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 					for (int k = 0; k < K; k++) {
 						const int c = t + k * T;
 						if (c < nch) {
+							float xv[4], dv[4];
+							xs[i][k].get(xv);
+							ds[i][k].get(dv);
 							if (doDX) {
 								float o[4];
-								dx4(xs[i][k], ds[i][k], wv[k], r, cc, o);
-								if (!FUSED && dim == 1) o[0] = dx_dim1(ds[i][k][0], wv[k][0], r, J.eps);
+								dx4(xv, dv, wv[k], r, cc, o);
+								if (!FUSED && dim == 1) o[0] = dx_dim1(dv[0], wv[k][0], r, J.eps);
 								storeT<IO>(at(J.dx, rowOf(b) * dim, tdx), c * 4, dim, vec, o, tdx);
 							}
 							if (doDW) {
 #pragma unroll
 								for (int q = 0; q < 4; q++)
-									dwacc[k][q] = __fmaf_rn(__fmul_rn(ds[i][k][q], xs[i][k][q]), r, dwacc[k][q]);
+									dwacc[k][q] = __fmaf_rn(__fmul_rn(dv[q], xv[q]), r, dwacc[k][q]);
 							}
 						}
 					}
@@ -773,17 +839,20 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // one dtype), one per width class of the register path, compiled apart so
 // that the general path's register pressure does not make them spill.
 // Class c takes dims of up to RMS_Cc_NCH chunks with K chunks per thread,
-// S rows in registers, and blocks of T = 32*ceil(nch/K/32) threads (so the
-// block fits the row: at most 31 idle threads). The launch bounds (most
-// threads, fewest blocks per SM) cap the registers: K*4*(2+2S) floats of
-// row, w and dw plus about 30. The host sizes the grid from the class's
-// measured occupancy (cuda/geometry.go). RMS_Cc_S may be overridden
-// (RMSGRAD_CUDA_NVRTC_OPTS) to compare prefetch depths.
+// blocks of T = 32*ceil(nch/K/32) threads (so the block fits the row: at
+// most 31 idle threads), and RMS_Cc_S rows in registers for F32,
+// RMS_Cc_SH for BF16 and F16 (a half row as loaded takes half the
+// registers: 2*S rows of halfs use the registers of S rows of F32). The
+// launch bounds (most threads, fewest blocks per SM) cap the registers at
+// what K*4*(2+2S) floats of row, w and dw plus about 30 need; the host
+// sizes the grid from each class's occupancy (cuda/geometry.go). Measured
+// on the H200 (docs/cuda.md): S=3 spilled in c1 and gained nothing in c4.
+// The S macros may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
 #ifndef RMS_C0_S
-#define RMS_C0_S 3
+#define RMS_C0_S 2
 #endif
 #ifndef RMS_C1_S
-#define RMS_C1_S 3
+#define RMS_C1_S 2
 #endif
 #ifndef RMS_C2_S
 #define RMS_C2_S 3
@@ -792,12 +861,30 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C3_S 2
 #endif
 #ifndef RMS_C4_S
-#define RMS_C4_S 3
+#define RMS_C4_S 2
 #endif
 #ifndef RMS_C5_S
 #define RMS_C5_S 2
 #endif
-#define RMS_FUSED_CLASS(NAME, K, S, MAXT, MINB)                                                        \
+#ifndef RMS_C0_SH
+#define RMS_C0_SH (2 * RMS_C0_S)
+#endif
+#ifndef RMS_C1_SH
+#define RMS_C1_SH (2 * RMS_C1_S)
+#endif
+#ifndef RMS_C2_SH
+#define RMS_C2_SH (2 * RMS_C2_S)
+#endif
+#ifndef RMS_C3_SH
+#define RMS_C3_SH (2 * RMS_C3_S)
+#endif
+#ifndef RMS_C4_SH
+#define RMS_C4_SH (2 * RMS_C4_S)
+#endif
+#ifndef RMS_C5_SH
+#define RMS_C5_SH (2 * RMS_C5_S)
+#endif
+#define RMS_FUSED_CLASS(NAME, K, S, SH, MAXT, MINB)                                                    \
 	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                         \
 	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {                            \
 		__shared__ float red[2][2][32];                                                            \
@@ -805,10 +892,10 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 		const int grp = blockIdx.x - J.start;                                                      \
 		switch (TYPE_IO(J)) {                                                                      \
 		case T_BF16:                                                                               \
-			rows_regs<K, S, true, T_BF16>(J, grp, red);                                        \
+			rows_regs<K, SH, true, T_BF16>(J, grp, red);                                       \
 			break;                                                                             \
 		case T_F16:                                                                                \
-			rows_regs<K, S, true, T_F16>(J, grp, red);                                         \
+			rows_regs<K, SH, true, T_F16>(J, grp, red);                                        \
 			break;                                                                             \
 		default:                                                                                   \
 			rows_regs<K, S, true, T_F32>(J, grp, red);                                         \
@@ -816,27 +903,35 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 	}
 // c0: dims up to 1024 (256 chunks), 1 chunk per thread.
 #if RMS_PART_IS(2)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, 256, 3)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, RMS_C0_SH, 256, 3)
 #endif
 // c1: up to 2048, 2 chunks per thread.
 #if RMS_PART_IS(3)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, 256, 3)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, RMS_C1_SH, 256, 3)
 #endif
 // c2: up to 3072, 3 chunks per thread.
 #if RMS_PART_IS(4)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, 256, 2)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, RMS_C2_SH, 256, 2)
 #endif
 // c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
 #if RMS_PART_IS(5)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, 256, 2)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, RMS_C3_SH, 256, 2)
 #endif
 // c4: up to 6144, 4 chunks per thread, one block of up to 384 per SM.
+// RMS_C4_K and RMS_C4_MAXT (with RMSGRAD_CUDA_C4_GEOM on the host) try
+// other splits of the row.
+#ifndef RMS_C4_K
+#define RMS_C4_K 4
+#endif
+#ifndef RMS_C4_MAXT
+#define RMS_C4_MAXT 384
+#endif
 #if RMS_PART_IS(6)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c4, 4, RMS_C4_S, 384, 1)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_SH, RMS_C4_MAXT, 1)
 #endif
 // c5: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
 #if RMS_PART_IS(7)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, 512, 1)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, RMS_C5_SH, 512, 1)
 #endif
 
 #if RMS_PART_IS(1)
