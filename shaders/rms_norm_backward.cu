@@ -231,6 +231,25 @@ __device__ __forceinline__ unsigned int narrow(float f) {
 	else return f2h(f);
 }
 
+// narrow2 rounds two float32 to dtype T, packed lo | hi << 16: one PTX cvt
+// for both (sm_80+; round to nearest even, no flush, as the scalar forms)
+// unless one is a NaN, which takes the scalar forms' NaN rule. On the
+// H200, BF16 rows were bound by integer instructions (docs/cuda.md).
+template <int T>
+__device__ __forceinline__ unsigned int narrow2(float lo, float hi) {
+#if !defined(RMS_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	if (lo == lo && hi == hi) {
+		unsigned int d;
+		if constexpr (T == T_BF16)
+			asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+		else
+			asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+		return d;
+	}
+#endif
+	return narrow<T>(lo) | (narrow<T>(hi) << 16);
+}
+
 // loadT loads 4 elements at e of a row p of dtype T (of dt when T is
 // T_ANY, which dispatches at run time), widened to float32; past dim, 0.
 // A vec chunk of halfs is one 8-byte load.
@@ -270,8 +289,7 @@ __device__ __forceinline__ void storeT(void* p, int e, int dim, bool vec, const 
 	} else {
 		unsigned short* h = (unsigned short*)p;
 		if (vec) {
-			*reinterpret_cast<uint2*>(h + e) =
-			    make_uint2(narrow<T>(v[0]) | (narrow<T>(v[1]) << 16), narrow<T>(v[2]) | (narrow<T>(v[3]) << 16));
+			*reinterpret_cast<uint2*>(h + e) = make_uint2(narrow2<T>(v[0], v[1]), narrow2<T>(v[2], v[3]));
 		} else {
 #pragma unroll
 			for (int q = 0; q < 4; q++)
@@ -434,10 +452,18 @@ struct HalfChunk {
 		}
 	}
 	__device__ __forceinline__ void get(float v[4]) const {
-		v[0] = widen<H>(h[0] & 0xffffu);
-		v[1] = widen<H>(h[0] >> 16);
-		v[2] = widen<H>(h[1] & 0xffffu);
-		v[3] = widen<H>(h[1] >> 16);
+		if constexpr (H == T_BF16) {
+			// A bf16 is the top half of its float32: one instruction each.
+			v[0] = __uint_as_float(h[0] << 16);
+			v[1] = __uint_as_float(h[0] & 0xffff0000u);
+			v[2] = __uint_as_float(h[1] << 16);
+			v[3] = __uint_as_float(h[1] & 0xffff0000u);
+		} else {
+			v[0] = widen<H>(h[0] & 0xffffu);
+			v[1] = widen<H>(h[0] >> 16);
+			v[2] = widen<H>(h[1] & 0xffffu);
+			v[3] = widen<H>(h[1] >> 16);
+		}
 	}
 };
 template <>
@@ -846,16 +872,17 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // launch bounds (most threads, fewest blocks per SM) cap the registers at
 // what K*4*(2+2S) floats of row, w and dw plus about 30 need; the host
 // sizes the grid from each class's occupancy (cuda/geometry.go). Measured
-// on the H200 (docs/cuda.md): S=3 spilled in c1 and gained nothing in c4.
+// on the H200 (docs/cuda.md): S=2 beat S=3 in c1, c2 and c4 (S=3 spilled in
+// c1), S=3 won in c0 for batches of small jobs; 3 half rows beat 4 in c1.
 // The S macros may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
 #ifndef RMS_C0_S
-#define RMS_C0_S 2
+#define RMS_C0_S 3
 #endif
 #ifndef RMS_C1_S
 #define RMS_C1_S 2
 #endif
 #ifndef RMS_C2_S
-#define RMS_C2_S 3
+#define RMS_C2_S 2
 #endif
 #ifndef RMS_C3_S
 #define RMS_C3_S 2
@@ -867,22 +894,22 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C5_S 2
 #endif
 #ifndef RMS_C0_SH
-#define RMS_C0_SH (2 * RMS_C0_S)
+#define RMS_C0_SH 3
 #endif
 #ifndef RMS_C1_SH
-#define RMS_C1_SH (2 * RMS_C1_S)
+#define RMS_C1_SH 3
 #endif
 #ifndef RMS_C2_SH
-#define RMS_C2_SH (2 * RMS_C2_S)
+#define RMS_C2_SH 4
 #endif
 #ifndef RMS_C3_SH
-#define RMS_C3_SH (2 * RMS_C3_S)
+#define RMS_C3_SH 4
 #endif
 #ifndef RMS_C4_SH
-#define RMS_C4_SH (2 * RMS_C4_S)
+#define RMS_C4_SH 4
 #endif
 #ifndef RMS_C5_SH
-#define RMS_C5_SH (2 * RMS_C5_S)
+#define RMS_C5_SH 4
 #endif
 #define RMS_FUSED_CLASS(NAME, K, S, SH, MAXT, MINB)                                                    \
 	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                         \
