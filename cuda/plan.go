@@ -212,8 +212,10 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 
 	// Transfers: an input is uploaded unless an earlier op wrote it; every
 	// output is downloaded, in first-write order.
-	written := map[compute.Buffer]bool{}
-	uploaded := map[compute.Buffer]bool{}
+	// seen: 1 written, 2 uploaded (one map, sized for the batch: the host
+	// side of a batch of small jobs is mostly this planning).
+	const wrote, upl = 1, 2
+	seen := make(map[compute.Buffer]uint8, 4*len(ops))
 	var firstErr error
 	get := func(buf compute.Buffer) *buffer {
 		if buf == nil {
@@ -241,15 +243,15 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 				return nil, fmt.Errorf("cuda: op kind %d: %w", o.Kind, compute.ErrInvalidArgument)
 			}
 			for _, buf := range in {
-				if buf != nil && !written[buf] && !uploaded[buf] {
-					uploaded[buf] = true
+				if buf != nil && seen[buf] == 0 {
+					seen[buf] = upl
 					if b := get(buf); b != nil {
 						p.uploads = append(p.uploads, b)
 					}
 				}
 			}
-			if !written[out] {
-				written[out] = true
+			if seen[out]&wrote == 0 {
+				seen[out] |= wrote
 				if b := get(out); b != nil {
 					p.downloads = append(p.downloads, b)
 				}
@@ -260,10 +262,10 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 		return nil, firstErr
 	}
 
-	users := compute.Users(phases)
-	consumed := make([]map[int]bool, len(phases))
-	for k := range phases {
-		consumed[k] = map[int]bool{}
+	users := rUsers(phases)
+	consumed := make([][]bool, len(phases))
+	for k, ph := range phases {
+		consumed[k] = make([]bool, len(ph))
 	}
 	for k, ph := range phases {
 		for i := range ph {
@@ -308,4 +310,36 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 		return nil, firstErr
 	}
 	return p, nil
+}
+
+// rUsers maps, for each phase after the first, the r buffer of every
+// RMSInv of the phase before to the indices of the ops of this phase that
+// touch it (compute.Users restricted to what compute.Fusable is asked
+// about, which costs a fraction of indexing every buffer).
+func rUsers(phases [][]compute.Op) []map[compute.Buffer][]int {
+	users := make([]map[compute.Buffer][]int, len(phases))
+	for k := 1; k < len(phases); k++ {
+		m := map[compute.Buffer][]int{}
+		for i := range phases[k-1] {
+			if o := &phases[k-1][i]; o.Kind == compute.OpRMSInv && o.R != nil {
+				m[o.R] = nil
+			}
+		}
+		if len(m) == 0 {
+			continue
+		}
+		for i := range phases[k] {
+			o := &phases[k][i]
+			for _, buf := range [...]compute.Buffer{o.X, o.W, o.DY, o.R, o.DX, o.DW} {
+				if buf == nil {
+					continue
+				}
+				if l, ok := m[buf]; ok && (len(l) == 0 || l[len(l)-1] != i) {
+					m[buf] = append(l, i)
+				}
+			}
+		}
+		users[k] = m
+	}
+	return users
 }
