@@ -25,8 +25,9 @@
 // elements, so a small job is one block; a function of rows, dim and the
 // device only). Dims that are a multiple of 4 up to 8192 hold each row and w
 // in registers, in one of six width classes (1 to 4 chunks of 4 per thread,
-// a block sized to the row, two or three rows in flight); other dims stream
-// their rows. dw comes from fp32 per-group partials and a fixed reduction
+// a block sized to the row, S rows held at once; BF16 and F16 held as
+// loaded, two to a word); other dims take the general kernel (registers up
+// to 1024 chunks, re-reading beyond). dw comes from fp32 per-group partials and a fixed reduction
 // tree, or, for a job in one group, from the block itself: no float atomics,
 // bitwise-identical results across runs and batch compositions. Execute
 // returns the device time from the first copy to the last; LastStats has
