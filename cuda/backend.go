@@ -1,8 +1,13 @@
 package cuda
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -37,23 +42,36 @@ type Backend struct {
 	// cuLaunchKernelEx), which hides the launch gap between the two.
 	pdl bool
 
-	mod                     uintptr
-	fnRows                  [nKernels]uintptr // rows kernels, by kRows...
-	fnReduce, fnAdd, fnSpin uintptr
-	stream                  uintptr
-	evStart, evEnd          uintptr
-	evK0, evK1              uintptr // around the kernels, for Stats
-	args                    *launchArgs
+	// mapMax: buffers of at most this many bytes are read and written by
+	// the kernels in their pinned host memory (mapped into the device's
+	// address space) instead of being copied (RMSGRAD_CUDA_MAP_BYTES).
+	mapMax int
+	// occ[c][t/32-1] is how many blocks of t threads of fused class c fit
+	// on a multiprocessor (the driver's occupancy of the compiled kernel).
+	occ [][]int
+
+	mods                            []uintptr // one module per NVRTC program (kernelParts)
+	fnRows                          []uintptr // rows kernels, by kRows, kFused0+class
+	fnReduce, fnAdd, fnSpin, fnFill uintptr
+	stream                          uintptr
+	evStart, evEnd                  uintptr
+	evK0, evK1                      uintptr // around the kernels, for Stats
+	args                            *launchArgs
 
 	mu      sync.Mutex // guards everything below and serializes Execute
-	pool    map[int][]*mem
-	scratch *mem // dw partials, device only
-	table   *mem // job table, pinned host + device
-	closed  bool
-	// launches and last are reused by Execute.
-	launches []phaseLaunch
-	last     Stats
-	allocs   int // cuMemAlloc calls, for the steady-state test
+	scratch *mem       // dw partials, device only
+	table   *mem       // job table, pinned host + device
+	// launches, rowsLaunches and last are reused by Execute.
+	launches     []phaseLaunch
+	rowsLaunches []rowsLaunch
+	last         Stats
+	// poolMu guards the pool, allocs and closed (written under both
+	// locks): Alloc and Release take only poolMu, so the handlers' buffers
+	// come and go while a command buffer runs.
+	poolMu sync.Mutex
+	pool   map[int][]*mem
+	allocs int // cuMemAlloc calls, for the steady-state test
+	closed bool
 	// hold, when set (benchmarks only), queues a kernel spinning that long
 	// before the timed region of Execute, so that the kernels' events do
 	// not include the host's launch latency.
@@ -63,12 +81,19 @@ type Backend struct {
 }
 
 // mem is one pooled allocation: pinned host memory and device memory of the
-// same size (host is nil for device-only scratch).
+// same size (host is nil for device-only scratch). hdev is the host
+// memory's address in the device's address space (the kernels read and
+// write small buffers there, with no copies).
 type mem struct {
 	host unsafe.Pointer
+	hdev uint64
 	dptr uint64
 	size int
 }
+
+// defaultMapMax is the backend's mapMax: buffers up to 1 MiB (a small or
+// medium job's tensors) are not copied.
+const defaultMapMax = 1 << 20
 
 // Open loads the driver and NVRTC, picks device 0, compiles the kernels for
 // its architecture and returns the backend. Without a driver, a device or
@@ -124,6 +149,21 @@ func open() (*Backend, error) {
 		b.rgAlign = v
 	}
 	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
+	if v := os.Getenv("RMSGRAD_CUDA_C4_GEOM"); v != "" {
+		// A benchmark variant of class c4 ("k,maxThreads"), compiled with
+		// -DRMS_C4_K and -DRMS_C4_MAXT to match (RMSGRAD_CUDA_NVRTC_OPTS).
+		k, t, _ := strings.Cut(v, ",")
+		kk, err1 := strconv.Atoi(k)
+		tt, err2 := strconv.Atoi(t)
+		if err1 != nil || err2 != nil || kk < 1 || kk > 4 || tt < 32 || tt > 1024 || tt%32 != 0 || kk*tt < 4*384 {
+			return nil, fmt.Errorf("cuda: RMSGRAD_CUDA_C4_GEOM %q: want k,maxThreads covering 1536 chunks: %w", v, compute.ErrInvalidArgument)
+		}
+		fusedClasses[4].k, fusedClasses[4].maxThreads = kk, tt
+	}
+	b.mapMax = defaultMapMax
+	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAP_BYTES")); err == nil && v >= 0 {
+		b.mapMax = v
+	}
 	b.device = fmt.Sprintf("%s (%s)", strings.TrimRight(string(name[:]), "\x00"), b.arch)
 
 	nv, _, err := loadNVRTC()
@@ -132,12 +172,17 @@ func open() (*Backend, error) {
 	}
 	b.nv = nv
 	t0 := time.Now()
-	cubin, err := b.compileKernels()
+	cubins, fromDisk, err := b.cachedKernels(false)
 	if err != nil {
 		return nil, err
 	}
 	b.compile = time.Since(t0)
 
+	if f, ok := syncFlags[os.Getenv("RMSGRAD_CUDA_SYNC")]; ok && f != ctxSchedAuto {
+		if err := d.check("cuDevicePrimaryCtxSetFlags", d.cuDevicePrimaryCtxFlags(b.dev, f)); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&b.ctx, b.dev)); err != nil {
 		return nil, err
 	}
@@ -150,17 +195,43 @@ func open() (*Backend, error) {
 	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(b.ctx)); err != nil {
 		return nil, err
 	}
-	if err := d.check("cuModuleLoadData", d.cuModuleLoadData(&b.mod, unsafe.Pointer(&cubin[0]))); err != nil {
-		return nil, err
-	}
-	runtime.KeepAlive(cubin)
-	for _, f := range []struct {
-		fn   *uintptr
-		name string
-	}{{&b.fnRows[kRows], shaders.CUDARowsKernel}, {&b.fnRows[kWide], shaders.CUDARowsWideKernel},
-		{&b.fnRows[kRowsFused], shaders.CUDARowsFusedKernel}, {&b.fnRows[kWideFused], shaders.CUDARowsWideFusedKernel}, {&b.fnReduce, shaders.CUDAReduceKernel}, {&b.fnAdd, shaders.CUDAAddKernel}, {&b.fnSpin, shaders.CUDASpinKernel}} {
-		if err := d.check("cuModuleGetFunction("+f.name+")", d.cuModuleGetFunction(f.fn, b.mod, f.name)); err != nil {
+	if err := b.loadModules(cubins); err != nil {
+		if !fromDisk {
 			return nil, err
+		}
+		// A damaged or foreign file in the cache: compile afresh.
+		if cubins, _, err = b.cachedKernels(true); err != nil {
+			return nil, err
+		}
+		b.compile = time.Since(t0)
+		if err := b.loadModules(cubins); err != nil {
+			return nil, err
+		}
+	}
+	fns := map[string]*uintptr{shaders.CUDARowsKernel: nil, shaders.CUDAReduceKernel: &b.fnReduce,
+		shaders.CUDAAddKernel: &b.fnAdd, shaders.CUDASpinKernel: &b.fnSpin, shaders.CUDAFillKernel: &b.fnFill}
+	b.fnRows = make([]uintptr, nKernels)
+	fns[shaders.CUDARowsKernel] = &b.fnRows[kRows]
+	for c, name := range shaders.CUDARowsFusedKernels {
+		fns[name] = &b.fnRows[kFused0+c]
+	}
+	for p, names := range kernelParts() {
+		for _, name := range names {
+			if err := d.check("cuModuleGetFunction("+name+")", d.cuModuleGetFunction(fns[name], b.mods[p], name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Occupancy of each fused class at every block size it may run with.
+	b.occ = make([][]int, len(fusedClasses))
+	for c, fc := range fusedClasses {
+		b.occ[c] = make([]int, fc.maxThreads/32)
+		for i := range b.occ[c] {
+			var n int32
+			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), 0)); err != nil {
+				return nil, err
+			}
+			b.occ[c][i] = int(n)
 		}
 	}
 	if b.smemOptin > 0 {
@@ -180,8 +251,143 @@ func open() (*Backend, error) {
 	return b, nil
 }
 
-// compileKernels compiles shaders.CUDASource for b.arch and returns the cubin.
-func (b *Backend) compileKernels() ([]byte, error) {
+// syncFlags maps RMSGRAD_CUDA_SYNC to the primary context's scheduling
+// flags: how cuStreamSynchronize waits for the GPU (spinning on a core,
+// yielding it, or sleeping on an interrupt). Unset or "auto": the driver's
+// choice (spinning while the process has fewer contexts than cores).
+var syncFlags = map[string]uint32{"": ctxSchedAuto, "auto": ctxSchedAuto, "spin": ctxSchedSpin, "yield": ctxSchedYield, "block": ctxSchedBlock}
+
+// kernelParts lists the kernels of each NVRTC program: the source is
+// compiled as len(kernelParts()) programs at once (RMS_PART n keeps the
+// kernels of part n), each on its own thread, since NVRTC takes tens of
+// seconds over all of them on one.
+func kernelParts() [][]string {
+	parts := [][]string{{shaders.CUDARowsKernel}, {shaders.CUDAReduceKernel, shaders.CUDAAddKernel, shaders.CUDASpinKernel, shaders.CUDAFillKernel}}
+	for _, name := range shaders.CUDARowsFusedKernels {
+		parts = append(parts, []string{name})
+	}
+	return parts
+}
+
+// loadModules loads one module per part's cubin.
+func (b *Backend) loadModules(cubins [][]byte) error {
+	for _, m := range b.mods {
+		b.d.cuModuleUnload(m)
+	}
+	b.mods = make([]uintptr, len(cubins))
+	for p, c := range cubins {
+		if err := b.d.check("cuModuleLoadData", b.d.cuModuleLoadData(&b.mods[p], unsafe.Pointer(&c[0]))); err != nil {
+			return fmt.Errorf("cuda: loading part %d of the kernels: %w", p, err)
+		}
+		runtime.KeepAlive(c)
+	}
+	return nil
+}
+
+// cubins holds the kernels compiled in this process, by part, architecture
+// and NVRTC options: a second Open (the tests open a backend per case)
+// reuses them instead of compiling again.
+var cubins struct {
+	sync.Mutex
+	m map[string][]byte
+}
+
+// cubinCacheDir is where compiled kernels are kept between processes:
+// RMSGRAD_CUDA_CACHE, a directory or "off", else rmsgrad/cuda under the
+// user's cache directory; "" when there is none.
+func cubinCacheDir() string {
+	if v := os.Getenv("RMSGRAD_CUDA_CACHE"); v != "" {
+		if v == "off" {
+			return ""
+		}
+		return v
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "rmsgrad", "cuda")
+}
+
+// cachedKernels returns the cubin of each part (kernelParts) for b.arch and
+// the NVRTC options of the environment: from this process's earlier Open,
+// else from the cache directory (a file named by the hash of the source,
+// the part, the architecture, the options and NVRTC's version), else
+// compiled (the missing parts at once) and stored there. fresh skips the
+// cache directory (a cubin from it that the driver refused); fromDisk says
+// whether any part came from it.
+func (b *Backend) cachedKernels(fresh bool) (out [][]byte, fromDisk bool, err error) {
+	opts := os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")
+	var major, minor int32
+	b.nv.nvrtcVersion(&major, &minor)
+	parts := kernelParts()
+	keys := make([]string, len(parts))
+	for p := range parts {
+		h := sha256.New()
+		fmt.Fprintf(h, "rmsgrad cubin 1\x00%d\x00%s\x00%s\x00%d.%d\x00", p, b.arch, opts, major, minor)
+		io.WriteString(h, shaders.CUDASource)
+		keys[p] = hex.EncodeToString(h.Sum(nil))[:32]
+	}
+	cubins.Lock()
+	defer cubins.Unlock()
+	if cubins.m == nil {
+		cubins.m = map[string][]byte{}
+	}
+	dir := cubinCacheDir()
+	out = make([][]byte, len(parts))
+	var missing []int
+	for p, key := range keys {
+		if c, ok := cubins.m[key]; ok && !fresh {
+			out[p] = c
+			continue
+		}
+		if dir != "" && !fresh {
+			if c, err := os.ReadFile(filepath.Join(dir, key+".cubin")); err == nil && len(c) > 0 {
+				out[p], fromDisk = c, true
+				cubins.m[key] = c
+				continue
+			}
+		}
+		missing = append(missing, p)
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for _, p := range missing {
+		wg.Go(func() { out[p], errs[p] = b.compileKernels(p) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, false, err
+	}
+	for _, p := range missing {
+		cubins.m[keys[p]] = out[p]
+		if dir != "" {
+			storeCubin(dir, keys[p], out[p])
+		}
+	}
+	return out, fromDisk, nil
+}
+
+// storeCubin writes c as dir/key.cubin, best effort: a cache that cannot be
+// written costs the next process a compile, nothing else.
+func storeCubin(dir, key string, c []byte) {
+	if os.MkdirAll(dir, 0o755) != nil {
+		return
+	}
+	f, err := os.CreateTemp(dir, key+".*.tmp")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(c)
+	if cerr := f.Close(); werr == nil && cerr == nil {
+		_ = os.Rename(f.Name(), filepath.Join(dir, key+".cubin"))
+	}
+	_ = os.Remove(f.Name())
+}
+
+// compileKernels compiles part p of shaders.CUDASource (RMS_PART=p) for
+// b.arch and returns its cubin.
+func (b *Backend) compileKernels(p int) ([]byte, error) {
 	nv := b.nv
 	nvErr := func(call string, r int32) error {
 		return &DriverError{Call: call, Code: int(r), Name: nv.nvrtcGetErrorString(r), kind: compute.ErrDevice}
@@ -191,7 +397,7 @@ func (b *Backend) compileKernels() ([]byte, error) {
 		return nil, nvErr("nvrtcCreateProgram", r)
 	}
 	defer nv.nvrtcDestroyProgram(&prog)
-	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo"}
+	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo", fmt.Sprintf("-DRMS_PART=%d", p)}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
 	opts = append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
@@ -234,7 +440,8 @@ func (b *Backend) Name() string { return "cuda" }
 // DeviceName returns e.g. "NVIDIA H200 (sm_90)".
 func (b *Backend) DeviceName() string { return b.device }
 
-// CompileTime is how long NVRTC took to compile the kernels at Open.
+// CompileTime is how long Open took to get the kernels: NVRTC's compile, or
+// reading them from the cache (cubinCacheDir) or this process's first Open.
 func (b *Backend) CompileTime() time.Duration { return b.compile }
 
 // bind makes the backend's context current on this goroutine's OS thread;
@@ -263,25 +470,49 @@ func sizeClass(n int) int {
 }
 
 // getMem returns a pooled or new allocation of at least n bytes. withHost
-// asks for pinned host memory too. b.mu and the context must be held.
+// asks for pinned host memory too. The context must be bound (bindCtx).
 func (b *Backend) getMem(n int, withHost bool) (*mem, error) {
 	c := sizeClass(n)
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if withHost {
-		if l := b.pool[c]; len(l) > 0 {
-			m := l[len(l)-1]
-			b.pool[c] = l[:len(l)-1]
+		if m := b.pooled(c); m != nil {
 			return m, nil
 		}
 	}
+	return b.newMem(c, withHost)
+}
+
+// pooled takes an allocation of size class c from the pool, or returns
+// nil. b.poolMu must be held.
+func (b *Backend) pooled(c int) *mem {
+	l := b.pool[c]
+	if len(l) == 0 {
+		return nil
+	}
+	m := l[len(l)-1]
+	b.pool[c] = l[:len(l)-1]
+	return m
+}
+
+// newMem allocates c bytes of device memory, and of pinned host memory
+// mapped into the device's address space when withHost. b.poolMu must be
+// held and the context bound.
+func (b *Backend) newMem(c int, withHost bool) (*mem, error) {
 	b.allocs++
 	m := &mem{size: c}
 	if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(c))); err != nil {
 		return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
 	}
 	if withHost {
-		if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&m.host, uintptr(c), memHostAllocPortab)); err != nil {
+		if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&m.host, uintptr(c), memHostAllocPortab|memHostAllocDevMap)); err != nil {
 			b.d.cuMemFree(m.dptr)
 			return nil, fmt.Errorf("cuda: allocating %d pinned host bytes: %w", c, err)
+		}
+		if err := b.d.check("cuMemHostGetDevicePointer", b.d.cuMemHostGetDevicePtr(&m.hdev, m.host, 0)); err != nil {
+			b.d.cuMemFreeHost(m.host)
+			b.d.cuMemFree(m.dptr)
+			return nil, fmt.Errorf("cuda: mapping %d pinned host bytes: %w", c, err)
 		}
 		clear(unsafe.Slice((*byte)(m.host), c))
 	}
@@ -300,8 +531,9 @@ func (b *Backend) freeMem(m *mem) {
 	}
 }
 
-// Alloc returns a buffer from the pool: pinned host memory (Bytes, Float32s)
-// and device memory of the same size.
+// Alloc returns a buffer from the pool: pinned host memory (Bytes, Float32s),
+// mapped into the device's address space, and device memory of the same
+// size. A pooled buffer costs no driver call.
 func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, error) {
 	if dtype.Size() == 0 {
 		return nil, fmt.Errorf("cuda: Alloc: dtype %q: %w", dtype, compute.ErrInvalidArgument)
@@ -310,19 +542,22 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 	if n < 0 || n > compute.MaxElements {
 		return nil, fmt.Errorf("cuda: Alloc: shape %v: want a non-negative element count <= %d: %w", shape, compute.MaxElements, compute.ErrInvalidArgument)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if b.closed {
 		return nil, fmt.Errorf("cuda: Alloc after Close: %w", compute.ErrDevice)
 	}
-	unlock, err := b.bindCtx()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	m, err := b.getMem(n*dtype.Size(), true)
-	if err != nil {
-		return nil, err
+	c := sizeClass(n * dtype.Size())
+	m := b.pooled(c)
+	if m == nil {
+		unlock, err := b.bindCtx()
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if m, err = b.newMem(c, true); err != nil {
+			return nil, err
+		}
 	}
 	return &buffer{b: b, m: m, dtype: dtype, shape: append([]int(nil), shape...), n: n}, nil
 }
@@ -332,6 +567,8 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if b.closed {
 		return nil
 	}
@@ -368,13 +605,14 @@ func (b *Backend) destroy() {
 	if b.stream != 0 {
 		d.cuStreamDestroy(b.stream)
 	}
-	if b.mod != 0 {
-		d.cuModuleUnload(b.mod)
+	for _, m := range b.mods {
+		d.cuModuleUnload(m)
 	}
+	b.mods = nil
 	if b.ctx != 0 {
 		d.cuDevicePrimaryCtxRel(b.dev)
 	}
-	b.stream, b.mod, b.ctx, b.evStart, b.evEnd, b.evK0, b.evK1 = 0, 0, 0, 0, 0, 0, 0
+	b.stream, b.ctx, b.evStart, b.evEnd, b.evK0, b.evK1 = 0, 0, 0, 0, 0, 0
 }
 
 // buffer is a compute.Buffer: pinned host view plus device copy.
@@ -409,8 +647,8 @@ func (x *buffer) Float32s() []float32 {
 // Release returns the memory to the backend's pool (freed at Close).
 func (x *buffer) Release() {
 	b := x.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
 	if x.released {
 		return
 	}

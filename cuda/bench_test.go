@@ -33,6 +33,20 @@ type BenchResult struct {
 	Correct bool    `json:"correct"`   // checked against the float64 oracle
 	PerJob  float64 `json:"perjob_us"` // small jobs: kernel time per job
 	Launch1 float64 `json:"one_launch_per_job_us,omitempty"`
+	// Batches of many jobs, each Execute as the worker runs it (small
+	// buffers mapped, the rest copied) and with every buffer copied
+	// (RMSGRAD_CUDA_MAP_BYTES=0), medians: the host side up to the
+	// synchronize (HostUS), the whole Execute (WallUS), the device time
+	// with transfers (TotalUS), driver copies and launches per Execute.
+	HostUS         float64 `json:"host_us,omitempty"`
+	WallUS         float64 `json:"wall_us,omitempty"`
+	Copies         int     `json:"copies,omitempty"`
+	Launches       int     `json:"launches,omitempty"`
+	HostCopiesUS   float64 `json:"host_copies_us,omitempty"`
+	WallCopiesUS   float64 `json:"wall_copies_us,omitempty"`
+	TotalCopiesUS  float64 `json:"total_copies_us,omitempty"`
+	CopiesCopies   int     `json:"copies_copies,omitempty"`
+	MappedEqualsCp bool    `json:"mapped_equals_copied,omitempty"`
 }
 
 // readOut decodes r, dx and dw (in their dtypes) from their host views.
@@ -251,14 +265,16 @@ func TestBenchTable(t *testing.T) {
 			sets[k] = recordJobs(t, b, jobs[k:k+1])
 		}
 		t0 := time.Now()
-		total := 0.0
-		for k := range sets { // uploads every set, checks one
-			d, err := b.execute(ctx, sets[k].ops, true)
-			if err != nil {
+		for k := range sets { // every set's inputs into device memory
+			if _, err := b.execute(ctx, sets[k].ops, xferCopy); err != nil {
 				t.Fatal(err)
 			}
-			total = float64(d.Microseconds())
 		}
+		d, err := b.execute(ctx, sets[0].ops, xferAuto) // as the worker runs it; checked
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := float64(d.Microseconds())
 		o := readOut(sets[0].bufs[3:6])
 		correct := jobs[0].Check(o) == nil
 		if !correct {
@@ -268,15 +284,15 @@ func TestBenchTable(t *testing.T) {
 		var ks []float64
 		for i := 0; i < reps+3; i++ {
 			k := i % nsets
-			if _, err := b.execute(ctx, sets[k].ops, false); err != nil {
+			if _, err := b.execute(ctx, sets[k].ops, xferNone); err != nil {
 				t.Fatal(err)
 			}
 			if i >= 3 {
 				ks = append(ks, float64(b.LastStats().Kernels.Nanoseconds())/1000)
 			}
 		}
-		// Bitwise determinism across the repeated runs on set 0.
-		if _, err := b.execute(ctx, sets[0].ops, true); err != nil {
+		// Bitwise determinism across the repeated runs on set 0, copied.
+		if _, err := b.execute(ctx, sets[0].ops, xferCopy); err != nil {
 			t.Fatal(err)
 		}
 		if d := computetest.BitsEqual(ref, readOut(sets[0].bufs[3:6])); d != "" {
@@ -297,73 +313,10 @@ func TestBenchTable(t *testing.T) {
 			r.Name, r.OursUS, r.CopyUS, float64(bytes)/r.CopyUS/1e3, r.AddUS, 100*r.CopyUS/r.OursUS, nsets, time.Since(t0).Round(time.Millisecond))
 	}
 
-	// 256 small jobs (8x1024) in one command buffer, rotating 8 batches.
-	const nj, rows, dim = 256, 8, 1024
-	nb := 8
-	batches := make([]benchSet, nb)
-	var jobs0 []computetest.Job
-	for k := range batches {
-		jobs := make([]computetest.Job, nj)
-		for i := range jobs {
-			jobs[i] = computetest.NewJob(uint64(50000+k*nj+i), rows, dim)
-		}
-		if k == 0 {
-			jobs0 = jobs
-		}
-		batches[k] = recordJobs(t, b, jobs)
-	}
-	total := 0.0
-	for k := range batches {
-		d, err := b.execute(ctx, batches[k].ops, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total = float64(d.Nanoseconds()) / 1000
-	}
-	correct := true
-	for i, j := range jobs0 {
-		bf := batches[0].bufs[6*i:]
-		if err := j.Check(readOut(bf[3:6])); err != nil {
-			t.Errorf("small job %d: %v", i, err)
-			correct = false
-			break
-		}
-	}
-	var ks []float64
-	for i := 0; i < reps+3; i++ {
-		if _, err := b.execute(ctx, batches[i%nb].ops, false); err != nil {
-			t.Fatal(err)
-		}
-		if i >= 3 {
-			ks = append(ks, float64(b.LastStats().Kernels.Nanoseconds())/1000)
-		}
-	}
-	// The same 256 jobs one command buffer each: launch cost per job.
-	var one []float64
-	for rep := 0; rep < 3; rep++ {
-		sum := 0.0
-		for i := 0; i < nj; i++ {
-			ops := batches[0].ops
-			// Job i's RMSInv, the barrier, its DX and DW.
-			sub := []compute.Op{ops[i], {Kind: compute.OpBarrier}, ops[nj+1+2*i], ops[nj+2+2*i]}
-			if _, err := b.execute(ctx, sub, false); err != nil {
-				t.Fatal(err)
-			}
-			sum += float64(b.LastStats().Kernels.Nanoseconds()) / 1000
-		}
-		one = append(one, sum/nj)
-	}
-	for _, s := range batches {
-		s.release()
-	}
-	bytes := int64(nj * (12*rows*dim + 8*dim))
-	cp, ad := b.ceilings(t, bytes, nj*rows*dim, reps)
-	r := BenchResult{Name: fmt.Sprintf("%d jobs %dx%d", nj, rows, dim), DType: "F32", Rows: rows, Dim: dim, Jobs: nj, Bytes: bytes,
-		OursUS: median(ks), CopyUS: cp, AddUS: ad, TotalUS: total, Sets: nb, Correct: correct,
-		PerJob: median(ks) / nj, Launch1: median(one)}
-	results = append(results, r)
-	t.Logf("%s: kernels %.1f us = %.3f us/job (one command buffer per job: %.2f us/job); with transfers %.1f us",
-		r.Name, r.OursUS, r.PerJob, r.Launch1, r.TotalUS)
+	// 256 small jobs (8x1024) in one command buffer, rotating 8 batches;
+	// then 32 medium jobs (64x4096), the size of a worker's batch of them.
+	results = append(results, benchBatch(t, b, 256, 8, 1024, reps, true))
+	results = append(results, benchBatch(t, b, 32, 64, 4096, reps, false))
 
 	f, err := os.Create(out)
 	if err != nil {
@@ -377,4 +330,124 @@ func TestBenchTable(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// benchBatch times nj jobs of rows x dim (F32) in one command buffer,
+// rotating 8 batches: the kernels on device-resident data (GPU time per
+// job), and Execute as the worker runs it (small buffers mapped) and with
+// every buffer copied, host and device side; oneEach adds the same jobs one
+// command buffer each. Outputs are checked against the oracle, and mapped
+// and copied runs must give the same bits.
+func benchBatch(t *testing.T, b *Backend, nj, rows, dim, reps int, oneEach bool) BenchResult {
+	t.Helper()
+	ctx := context.Background()
+	nb := 8
+	batches := make([]benchSet, nb)
+	var jobs0 []computetest.Job
+	for k := range batches {
+		jobs := make([]computetest.Job, nj)
+		for i := range jobs {
+			jobs[i] = computetest.NewJob(uint64(50000+1000*dim+k*nj+i), rows, dim)
+		}
+		if k == 0 {
+			jobs0 = jobs
+		}
+		batches[k] = recordJobs(t, b, jobs)
+	}
+	defer func() {
+		for _, s := range batches {
+			s.release()
+		}
+	}()
+	outs := func() []computetest.Output {
+		o := make([]computetest.Output, nj)
+		for i := range o {
+			c := readOut(batches[0].bufs[6*i+3 : 6*i+6])
+			o[i] = computetest.Output{R: slices.Clone(c.R), DX: slices.Clone(c.DX), DW: slices.Clone(c.DW)}
+		}
+		return o
+	}
+	for k := range batches {
+		if _, err := b.execute(ctx, batches[k].ops, xferCopy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copied := outs()
+	correct := true
+	for i, j := range jobs0 {
+		if err := j.Check(copied[i]); err != nil {
+			t.Errorf("batch job %d (%dx%d): %v", i, rows, dim, err)
+			correct = false
+			break
+		}
+	}
+	// Execute as the worker does, then with every buffer copied.
+	timed := func(mapMax int) (host, wall, total float64, st Stats) {
+		saved := b.mapMax
+		b.mapMax = mapMax
+		defer func() { b.mapMax = saved }()
+		var hs, ws, ts []float64
+		for i := 0; i < reps+3; i++ {
+			if _, err := b.execute(ctx, batches[i%nb].ops, xferAuto); err != nil {
+				t.Fatal(err)
+			}
+			st = b.LastStats()
+			if i >= 3 {
+				hs = append(hs, float64(st.Host.Nanoseconds())/1000)
+				ws = append(ws, float64(st.Wall.Nanoseconds())/1000)
+				ts = append(ts, float64(st.Total.Nanoseconds())/1000)
+			}
+		}
+		return median(hs), median(ws), median(ts), st
+	}
+	host, wall, total, st := timed(b.mapMax)
+	if _, err := b.execute(ctx, batches[0].ops, xferAuto); err != nil {
+		t.Fatal(err)
+	}
+	same := true
+	for i, o := range outs() {
+		if d := computetest.BitsEqual(copied[i], o); d != "" {
+			t.Errorf("batch job %d (%dx%d): mapped and copied runs differ: %s", i, rows, dim, d)
+			same = false
+			break
+		}
+	}
+	hostC, wallC, totalC, stC := timed(0)
+	// Device-resident kernels.
+	var ks []float64
+	for i := 0; i < reps+3; i++ {
+		if _, err := b.execute(ctx, batches[i%nb].ops, xferNone); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 3 {
+			ks = append(ks, float64(b.LastStats().Kernels.Nanoseconds())/1000)
+		}
+	}
+	// The same jobs one command buffer each: launch cost per job.
+	var one []float64
+	for rep := 0; oneEach && rep < 3; rep++ {
+		sum := 0.0
+		for i := 0; i < nj; i++ {
+			ops := batches[0].ops
+			// Job i's RMSInv, the barrier, its DX and DW.
+			sub := []compute.Op{ops[i], {Kind: compute.OpBarrier}, ops[nj+1+2*i], ops[nj+2+2*i]}
+			if _, err := b.execute(ctx, sub, xferNone); err != nil {
+				t.Fatal(err)
+			}
+			sum += float64(b.LastStats().Kernels.Nanoseconds()) / 1000
+		}
+		one = append(one, sum/float64(nj))
+	}
+	bytes := int64(nj * (12*rows*dim + 8*dim))
+	cp, ad := b.ceilings(t, bytes, nj*rows*dim, reps)
+	r := BenchResult{Name: fmt.Sprintf("%d jobs %dx%d", nj, rows, dim), DType: "F32", Rows: rows, Dim: dim, Jobs: nj, Bytes: bytes,
+		OursUS: median(ks), CopyUS: cp, AddUS: ad, TotalUS: total, Sets: nb, Correct: correct && same,
+		PerJob: median(ks) / float64(nj), HostUS: host, WallUS: wall, Copies: st.Copies, Launches: st.Launches,
+		HostCopiesUS: hostC, WallCopiesUS: wallC, TotalCopiesUS: totalC, CopiesCopies: stC.Copies, MappedEqualsCp: same}
+	if len(one) > 0 {
+		r.Launch1 = median(one)
+	}
+	t.Logf("%s: kernels %.1f us = %.3f us/job (one command buffer per job: %.2f us/job); Execute: host %.0f us, wall %.0f us, device %.0f us, %d copies, %d launches; every buffer copied: host %.0f us, wall %.0f us, device %.0f us, %d copies",
+		r.Name, r.OursUS, r.PerJob, r.Launch1, host, wall, total, st.Copies, st.Launches, hostC, wallC, totalC, stC.Copies)
+	return r
 }

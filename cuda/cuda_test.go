@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"unsafe"
@@ -38,6 +39,17 @@ func TestOpen(t *testing.T) {
 		t.Errorf("Name() = %q, want cuda", b.Name())
 	}
 	t.Logf("device %s, %d SMs, NVRTC compile %v", b.DeviceName(), b.sms, b.CompileTime())
+	// Registers, local memory (spills) and occupancy of the rows kernels.
+	for k, fn := range b.fnRows {
+		var regs, local int32
+		b.d.cuFuncGetAttribute(&regs, funcAttrNumRegs, fn)
+		b.d.cuFuncGetAttribute(&local, funcAttrLocalBytes, fn)
+		occ := ""
+		if k >= kFused0 {
+			occ = fmt.Sprintf(", blocks/SM by block size/32: %v", b.occ[k-kFused0])
+		}
+		t.Logf("%s: %d registers, %d bytes local%s", rowsKernelName(k), regs, local, occ)
+	}
 }
 
 // The whole conformance suite against the float64 oracle, on the GPU.
@@ -100,5 +112,58 @@ func TestJobEntryLayout(t *testing.T) {
 		if f.off != f.want {
 			t.Errorf("offset of %s = %d, want %d", f.name, f.off, f.want)
 		}
+	}
+}
+
+// Buffers of at most mapMax bytes stay in pinned host memory, where the
+// kernels read and write them: a batch of small jobs of one dim is one
+// copy (the job table) and one launch (a group per job, which stores dw
+// itself: no reduce launch), and every batch gives the bits of the same
+// batch with every buffer copied and with every buffer mapped, each job
+// checked against the oracle.
+func TestMappedEqualsCopied(t *testing.T) {
+	b := openOrSkip(t)
+	defer b.Close()
+	ctx := context.Background()
+	var small []computetest.Job
+	for i := range 64 {
+		small = append(small, computetest.NewJob(uint64(100+i), 8, 1024))
+	}
+	bf16 := computetest.Mix{X: compute.BF16, W: compute.BF16, DY: compute.BF16, DX: compute.BF16, DW: compute.BF16}
+	mixed := []computetest.Job{computetest.NewJob(1, 8, 1024), computetest.NewJob(2, 64, 4096), computetest.NewJob(3, 3, 257),
+		computetest.NewJob(4, 300, 5120).WithMix(bf16), computetest.NewJob(5, 2, 1), computetest.NewJob(6, 40, 9000),
+		computetest.NewJob(7, 1024, 1152).WithMix(computetest.Mix{X: compute.BF16, W: compute.F32, DY: compute.BF16, DX: compute.F32, DW: compute.F32})}
+	for _, c := range []struct {
+		name string
+		jobs []computetest.Job
+	}{{"64 jobs of 8x1024", small}, {"mixed shapes and dtypes", mixed}} {
+		var first []computetest.Output
+		for _, mm := range []int{defaultMapMax, 0, 1 << 30} {
+			b.mapMax = mm
+			got, err := computetest.RunJobs(ctx, b, c.jobs, computetest.DXThenDW)
+			if err != nil {
+				t.Fatalf("%s, map bytes %d: %v", c.name, mm, err)
+			}
+			st := b.LastStats()
+			t.Logf("%s, map bytes %d: %+v", c.name, mm, st)
+			for k, j := range c.jobs {
+				if err := j.Check(got[k]); err != nil {
+					t.Fatalf("%s, map bytes %d, job %d: %v", c.name, mm, k, err)
+				}
+			}
+			if first == nil {
+				first = got
+				if c.jobs[0].Rows == 8 && len(c.jobs) == 64 && (st.Copies != 1 || st.Launches != 1 || st.Mapped == 0) {
+					t.Errorf("%s: %d copies, %d launches, %d bytes mapped; want 1 copy (the job table), 1 launch", c.name, st.Copies, st.Launches, st.Mapped)
+				}
+				continue
+			}
+			for k := range got {
+				if d := computetest.BitsEqual(first[k], got[k]); d != "" {
+					t.Fatalf("%s, map bytes %d, job %d: differs from map bytes %d: %s", c.name, mm, k, defaultMapMax, d)
+				}
+			}
+		}
+		b.mapMax = defaultMapMax
 	}
 }

@@ -22,11 +22,22 @@ const (
 	attrComputeCapMinor     = 76
 	attrMaxSmemOptin        = 97 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 	funcAttrMaxDynSmem      = 8  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	funcAttrLocalBytes      = 3  // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES (spills, local arrays)
+	funcAttrNumRegs         = 4  // CU_FUNC_ATTRIBUTE_NUM_REGS
+)
+
+// Context scheduling flags (CU_CTX_SCHED_*): how a synchronize waits.
+const (
+	ctxSchedAuto  = 0x0
+	ctxSchedSpin  = 0x1
+	ctxSchedYield = 0x2
+	ctxSchedBlock = 0x4
 )
 
 const (
 	streamNonBlocking  = 0x1 // CU_STREAM_NON_BLOCKING
 	memHostAllocPortab = 0x1 // CU_MEMHOSTALLOC_PORTABLE
+	memHostAllocDevMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
 	eventDefault       = 0x0
 	errNotInitialized  = 3   // CUDA_ERROR_NOT_INITIALIZED
 	errNoDevice        = 100 // CUDA_ERROR_NO_DEVICE
@@ -43,6 +54,7 @@ type driverAPI struct {
 	cuDeviceGetAttribute     func(v *int32, attr int32, dev int32) cuResult
 	cuDevicePrimaryCtxRetain func(ctx *uintptr, dev int32) cuResult
 	cuDevicePrimaryCtxRel    func(dev int32) cuResult
+	cuDevicePrimaryCtxFlags  func(dev int32, flags uint32) cuResult
 	cuCtxSetCurrent          func(ctx uintptr) cuResult
 	cuModuleLoadData         func(mod *uintptr, image unsafe.Pointer) cuResult
 	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) cuResult
@@ -51,6 +63,7 @@ type driverAPI struct {
 	cuMemFree                func(p uint64) cuResult
 	cuMemHostAlloc           func(p *unsafe.Pointer, size uintptr, flags uint32) cuResult
 	cuMemFreeHost            func(p unsafe.Pointer) cuResult
+	cuMemHostGetDevicePtr    func(d *uint64, p unsafe.Pointer, flags uint32) cuResult
 	cuMemcpyHtoDAsync        func(dst uint64, src unsafe.Pointer, n uintptr, s uintptr) cuResult
 	cuMemcpyDtoHAsync        func(dst unsafe.Pointer, src uint64, n uintptr, s uintptr) cuResult
 	cuMemcpyDtoDAsync        func(dst, src uint64, n uintptr, s uintptr) cuResult
@@ -63,6 +76,8 @@ type driverAPI struct {
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) cuResult
 	cuEventDestroy           func(e uintptr) cuResult
 	cuFuncSetAttribute       func(fn uintptr, attr int32, v int32) cuResult
+	cuFuncGetAttribute       func(v *int32, attr int32, fn uintptr) cuResult
+	cuOccupancyMaxBlocks     func(n *int32, fn uintptr, blockSize int32, smem uintptr) cuResult
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) cuResult
 	// cuLaunchKernelEx (CUDA 11.8+; nil when the driver lacks it) takes
 	// launch attributes: the dw reduction uses programmatic dependent launch.
@@ -96,38 +111,7 @@ func loadDriver() (*driverAPI, error) {
 	if _, e := purego.Dlsym(lib, elapsed); e != nil {
 		elapsed = "cuEventElapsedTime"
 	}
-	err = bind(lib, "libcuda.so.1", map[string]any{
-		"cuInit":                       &d.cuInit,
-		"cuDriverGetVersion":           &d.cuDriverGetVersion,
-		"cuDeviceGetCount":             &d.cuDeviceGetCount,
-		"cuDeviceGet":                  &d.cuDeviceGet,
-		"cuDeviceGetName":              &d.cuDeviceGetName,
-		"cuDeviceGetAttribute":         &d.cuDeviceGetAttribute,
-		"cuDevicePrimaryCtxRetain":     &d.cuDevicePrimaryCtxRetain,
-		"cuDevicePrimaryCtxRelease_v2": &d.cuDevicePrimaryCtxRel,
-		"cuCtxSetCurrent":              &d.cuCtxSetCurrent,
-		"cuModuleLoadData":             &d.cuModuleLoadData,
-		"cuModuleGetFunction":          &d.cuModuleGetFunction,
-		"cuModuleUnload":               &d.cuModuleUnload,
-		"cuMemAlloc_v2":                &d.cuMemAlloc,
-		"cuMemFree_v2":                 &d.cuMemFree,
-		"cuMemHostAlloc":               &d.cuMemHostAlloc,
-		"cuMemFreeHost":                &d.cuMemFreeHost,
-		"cuMemcpyHtoDAsync_v2":         &d.cuMemcpyHtoDAsync,
-		"cuMemcpyDtoHAsync_v2":         &d.cuMemcpyDtoHAsync,
-		"cuMemcpyDtoDAsync_v2":         &d.cuMemcpyDtoDAsync,
-		"cuStreamCreate":               &d.cuStreamCreate,
-		"cuStreamSynchronize":          &d.cuStreamSynchronize,
-		"cuStreamDestroy_v2":           &d.cuStreamDestroy,
-		"cuEventCreate":                &d.cuEventCreate,
-		"cuEventRecord":                &d.cuEventRecord,
-		"cuEventSynchronize":           &d.cuEventSynchronize,
-		elapsed:                        &d.cuEventElapsedTime,
-		"cuEventDestroy_v2":            &d.cuEventDestroy,
-		"cuLaunchKernel":               &d.cuLaunchKernel,
-		"cuFuncSetAttribute":           &d.cuFuncSetAttribute,
-		"cuGetErrorName":               &d.cuGetErrorName,
-	})
+	err = bind(lib, "libcuda.so.1", driverSymbols(d, elapsed))
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +119,49 @@ func loadDriver() (*driverAPI, error) {
 		purego.RegisterFunc(&d.cuLaunchKernelEx, sym)
 	}
 	return d, nil
+}
+
+// driverSymbols maps each driver symbol to the field of d it binds (every
+// function field but cuLaunchKernelEx, which is optional); elapsed is the
+// cuEventElapsedTime symbol the driver has (TestDriverSymbols checks that
+// no field is left out).
+func driverSymbols(d *driverAPI, elapsed string) map[string]any {
+	return map[string]any{
+		"cuInit":                        &d.cuInit,
+		"cuDriverGetVersion":            &d.cuDriverGetVersion,
+		"cuDeviceGetCount":              &d.cuDeviceGetCount,
+		"cuDeviceGet":                   &d.cuDeviceGet,
+		"cuDeviceGetName":               &d.cuDeviceGetName,
+		"cuDeviceGetAttribute":          &d.cuDeviceGetAttribute,
+		"cuDevicePrimaryCtxRetain":      &d.cuDevicePrimaryCtxRetain,
+		"cuDevicePrimaryCtxRelease_v2":  &d.cuDevicePrimaryCtxRel,
+		"cuDevicePrimaryCtxSetFlags_v2": &d.cuDevicePrimaryCtxFlags,
+		"cuCtxSetCurrent":               &d.cuCtxSetCurrent,
+		"cuModuleLoadData":              &d.cuModuleLoadData,
+		"cuModuleGetFunction":           &d.cuModuleGetFunction,
+		"cuModuleUnload":                &d.cuModuleUnload,
+		"cuMemAlloc_v2":                 &d.cuMemAlloc,
+		"cuMemFree_v2":                  &d.cuMemFree,
+		"cuMemHostAlloc":                &d.cuMemHostAlloc,
+		"cuMemFreeHost":                 &d.cuMemFreeHost,
+		"cuMemHostGetDevicePointer_v2":  &d.cuMemHostGetDevicePtr,
+		"cuMemcpyHtoDAsync_v2":          &d.cuMemcpyHtoDAsync,
+		"cuMemcpyDtoHAsync_v2":          &d.cuMemcpyDtoHAsync,
+		"cuMemcpyDtoDAsync_v2":          &d.cuMemcpyDtoDAsync,
+		"cuStreamCreate":                &d.cuStreamCreate,
+		"cuStreamSynchronize":           &d.cuStreamSynchronize,
+		"cuStreamDestroy_v2":            &d.cuStreamDestroy,
+		"cuEventCreate":                 &d.cuEventCreate,
+		"cuEventRecord":                 &d.cuEventRecord,
+		"cuEventSynchronize":            &d.cuEventSynchronize,
+		elapsed:                         &d.cuEventElapsedTime,
+		"cuEventDestroy_v2":             &d.cuEventDestroy,
+		"cuLaunchKernel":                &d.cuLaunchKernel,
+		"cuFuncSetAttribute":            &d.cuFuncSetAttribute,
+		"cuFuncGetAttribute":            &d.cuFuncGetAttribute,
+		"cuOccupancyMaxActiveBlocksPerMultiprocessor": &d.cuOccupancyMaxBlocks,
+		"cuGetErrorName": &d.cuGetErrorName,
+	}
 }
 
 // launchConfig is CUlaunchConfig and launchAttr CUlaunchAttribute (cuda.h):

@@ -37,34 +37,54 @@ type launchArgs struct {
 	attr        launchAttr
 }
 
-// phaseLaunch is where one phase's table parts live and how many blocks its
-// launches have: each rows kernel (kRows...) and the dw reduction.
+// rowsLaunch is one launch of a rows kernel in a phase: every entry of the
+// phase that runs in that kernel with that block size.
+type rowsLaunch struct {
+	kernel, threads int
+	blocks          int
+	bmap            int // byte offset of its block map in the job table
+	smem            int // dynamic shared memory (the general kernel's slots)
+}
+
+// phaseLaunch is where one phase's table parts live and what its launches
+// are: rows launches rows[r0:r1] of Backend.rowsLaunches, then the dw
+// reduction.
 type phaseLaunch struct {
 	table, bmapRed int // byte offsets into the job table
-	bmapRows       [nKernels]int
-	rowBlocks      [nKernels]int
+	r0, r1         int
 	redBlocks      int
-	smem           int // dynamic shared memory of the kRows launch
 }
 
-// rowsKernels names the rows kernels and their block sizes, by kRows...
-var rowsKernels = [nKernels]struct {
-	name    string
-	threads int
-}{
-	kRows:      {shaders.CUDARowsKernel, rowsThreads},
-	kWide:      {shaders.CUDARowsWideKernel, wideThreads},
-	kRowsFused: {shaders.CUDARowsFusedKernel, rowsThreads},
-	kWideFused: {shaders.CUDARowsWideFusedKernel, wideThreads},
-}
+// xfer says how Execute moves a command buffer's tensors.
+type xfer int
 
-// Stats is what the last Execute measured with device events.
+const (
+	// xferAuto: buffers of at most mapMax bytes stay in their pinned host
+	// memory, which the kernels read and write through its device
+	// mapping (no copy, no driver call per buffer); larger ones are
+	// copied, one copy each, storage reads having landed in their pinned
+	// host memory already.
+	xferAuto xfer = iota
+	// xferCopy: every buffer copied (benchmarks: fills device memory).
+	xferCopy
+	// xferNone: no copies; the kernels use device memory as it is
+	// (benchmarks of device-resident data).
+	xferNone
+)
+
+// Stats is what the last Execute measured with device events and the host
+// clock.
 type Stats struct {
-	Total   time.Duration // first upload to last download
-	Kernels time.Duration // the launches alone
-	Jobs    int           // job-table entries launched
-	Uploads int           // bytes copied host to device (inputs and table)
-	Downs   int           // bytes copied device to host
+	Total    time.Duration // device: first upload to last download
+	Kernels  time.Duration // device: the launches alone
+	Host     time.Duration // host: Execute up to the synchronize (planning, table, copies, launches)
+	Wall     time.Duration // host: the whole Execute
+	Jobs     int           // job-table entries launched
+	Launches int           // kernel launches
+	Copies   int           // cuMemcpy calls (the job table's included)
+	Uploads  int           // bytes copied host to device (inputs and table)
+	Downs    int           // bytes copied device to host
+	Mapped   int           // bytes of buffers the kernels used in pinned host memory
 }
 
 // LastStats returns the event timings of the last successful Execute.
@@ -86,83 +106,28 @@ func (b *Backend) own(buf compute.Buffer) (*buffer, error) {
 	return x, nil
 }
 
-// smemReserve is shared memory per block left to the system and the
-// kernel's static arrays.
-const smemReserve = 1024
-
-// geometry picks, for a job of rows x dim, the kernel, the rows per group
-// and the group count (persistent blocks, at most one wave), and the
-// shared-memory row slots of rows_smem (0: the register paths). Measured on
-// the H200 (docs/cuda.md, runs 4 and 5):
-//   - dims up to 4096: each row and w in registers, 256-thread blocks, two
-//     per SM (89% of the device copy at 16384x4096, 78% at 4096x4096);
-//   - dims from 7172 to 8192 that are a multiple of 4 (4 chunks per thread of
-//     512): the same in the wide kernel, 512 threads, one block per SM (93%
-//     at 32768x8192; the slots path 91%);
-//   - other multiples of 4 up to 8192: the shared-memory row slots, 256
-//     threads, two blocks per SM, as many slots (up to 4) as half the shared
-//     memory holds (84% at 16384x5120 and 86% at 16384x6144, where the wide
-//     kernel, with 2.5 or 3 chunks per thread, measured 78% and 83%);
-//   - the rest (not a multiple of 4, or over 8192): streaming, 256 threads.
-//
-// The kernel depends only on dim and the groups only on rows, dim and the
-// device, so the sums do too. RMSGRAD_CUDA_STAGES=n (read at Open) takes the
-// shared-memory path for every multiple of 4 up to 8192 with up to n slots,
-// RMSGRAD_CUDA_BLOCKS_PER_SM forces the blocks per SM and
-// RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0: none), for benchmark
-// variants; RMSGRAD_CUDA_PDL=0 launches the dw reduction the ordinary way.
-func (b *Backend) geometry(rows, dim int) (rg, g, stages int, wide bool) {
-	sms := max(b.sms, 1)
-	nch := (dim + 3) / 4
-	maxStages := b.maxStages
-	forced := maxStages > 0
-	if !forced {
-		maxStages = 4
-	}
-	var smem bool
-	if dim%4 == 0 && b.smemOptin > 0 {
-		switch {
-		case forced:
-			smem = nch <= rowsThreads*8
-		case nch > wideThreads*7/2 && nch <= wideThreads*4:
-			wide = true
-		case nch > rowsThreads*4 && nch <= rowsThreads*8:
-			smem = true
-		}
-	}
-	perSM := 2
-	if wide {
-		perSM = 1
-	}
-	if b.perSM > 0 {
-		perSM = b.perSM
-	}
-	rg, g = groups(rows, perSM*sms, b.rgAlign)
-	if smem {
-		perBlock := (int(b.smemOptin)+smemReserve)/perSM - 2*smemReserve
-		stages = max(0, min(maxStages, perBlock/(8*dim), rg))
-	}
-	return rg, g, stages, wide
-}
-
-// Execute runs ops on the backend's stream: uploads of every input no earlier
-// op writes (from the buffers' pinned host memory), the job table, then for
-// each phase one launch of the rows kernel over all its entries and one of
-// the dw reduction (stream order is the barrier between phases), downloads
-// of every written buffer, and one synchronize. The time returned is the
-// device time from the first upload to the last download.
+// Execute runs ops on the backend's stream: the job table (one copy), then
+// for each phase one launch per rows kernel and block size over its
+// entries and one of the dw reduction (stream order is the barrier between
+// phases), and one synchronize. Buffers of at most mapMax bytes (a small
+// job's tensors) stay in their pinned host memory, where storage reads
+// landed and where the kernels read and write them through its device
+// mapping: a batch of small jobs costs one copy, one or two launches and a
+// synchronize, whatever its size. Larger buffers are copied, one copy each
+// way (inputs no earlier op writes up, everything written down). The time
+// returned is the device time from the first copy to the last.
 func (b *Backend) Execute(ctx context.Context, ops []compute.Op) (time.Duration, error) {
-	return b.execute(ctx, ops, true)
+	return b.execute(ctx, ops, xferAuto)
 }
 
-// execute is Execute; transfers false leaves the buffers' device copies as
-// they are (benchmarks of device-resident data).
-func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool) (time.Duration, error) {
+// execute is Execute, moving tensors as mode says.
+func (b *Backend) execute(ctx context.Context, ops []compute.Op, mode xfer) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	t0 := time.Now()
 	if b.closed {
 		return 0, fmt.Errorf("cuda: Execute after Close: %w", compute.ErrDevice)
 	}
@@ -176,28 +141,36 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 	}
 	defer unlock()
 
-	// Lay out the job table (all phases) and the dw partial scratch (the
-	// largest phase's; phases run one after another on the stream).
-	launches := b.launches[:0]
+	// Lay out the job table (all phases: entries, then the block map of
+	// each rows launch and of the reduction) and the dw partial scratch
+	// (the largest phase's; phases run one after another on the stream).
+	launches, rl := b.launches[:0], b.rowsLaunches[:0]
 	off, scratch, nent := 0, 0, 0
 	align := func(n int) int { return (n + 15) &^ 15 }
 	for _, ph := range p.phases {
-		var l phaseLaunch
-		l.table = off
+		l := phaseLaunch{table: off, r0: len(rl)}
 		off = align(off + len(ph)*jobEntrySize)
 		ps := 0
 		for i := range ph {
 			e := &ph[i]
-			l.rowBlocks[e.kernel()] += e.g
-			l.smem = max(l.smem, e.smemBytes())
+			k := e.kernel()
+			j := l.r0
+			for ; j < len(rl) && (rl[j].kernel != k || rl[j].threads != e.threads); j++ {
+			}
+			if j == len(rl) {
+				rl = append(rl, rowsLaunch{kernel: k, threads: e.threads})
+			}
+			rl[j].blocks += e.g
+			rl[j].smem = max(rl[j].smem, e.smemBytes())
 			l.redBlocks += e.redBlocks()
 			if e.dw != nil {
 				ps = align(ps + 4*e.g*e.dim)
 			}
 		}
-		for k := range nKernels {
-			l.bmapRows[k] = off
-			off = align(off + 4*l.rowBlocks[k])
+		l.r1 = len(rl)
+		for j := l.r0; j < l.r1; j++ {
+			rl[j].bmap = off
+			off = align(off + 4*rl[j].blocks)
 		}
 		l.bmapRed = off
 		off = align(off + 4*l.redBlocks)
@@ -205,7 +178,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 		nent += len(ph)
 		launches = append(launches, l)
 	}
-	b.launches = launches
+	b.launches, b.rowsLaunches = launches, rl
 	if err := b.ensure(&b.table, off, true); err != nil {
 		return 0, err
 	}
@@ -216,11 +189,23 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 	if off == 0 {
 		return 0, nil // nothing to run (only empty phases)
 	}
+	st := Stats{Jobs: nent}
+	mapped := func(x *buffer) bool { return mode == xferAuto && x.nbytes() <= b.mapMax && x.m.hdev != 0 }
+	for _, bufs := range [2][]*buffer{p.uploads, p.downloads} {
+		for _, x := range bufs {
+			if mapped(x) {
+				st.Mapped += x.nbytes()
+			}
+		}
+	}
 	// Fill the table in pinned host memory.
 	host := unsafe.Slice((*byte)(b.table.host), b.table.size)
 	dev := func(x *buffer) uint64 {
-		if x == nil {
+		switch {
+		case x == nil:
 			return 0
+		case mapped(x):
+			return x.m.hdev
 		}
 		return x.m.dptr
 	}
@@ -230,21 +215,25 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 			continue
 		}
 		tab := unsafe.Slice((*jobEntry)(unsafe.Pointer(&host[l.table])), len(ph))
-		var bms [nKernels][]int32
-		for k := range nKernels {
-			bms[k] = unsafe.Slice((*int32)(unsafe.Pointer(&host[l.bmapRows[k]])), l.rowBlocks[k])
-		}
 		var bmd []int32
 		if l.redBlocks > 0 {
 			bmd = unsafe.Slice((*int32)(unsafe.Pointer(&host[l.bmapRed])), l.redBlocks)
 		}
-		// start counts blocks of the launch an entry runs in.
-		var starts [nKernels]int
+		// starts[j] counts the blocks of rows launch l.r0+j given out.
+		var startsArr [16]int
+		starts := startsArr[:0]
+		for range l.r1 - l.r0 {
+			starts = append(starts, 0)
+		}
 		rstart, part := 0, 0
 		for i := range ph {
 			e := &ph[i]
 			k := e.kernel()
-			bm, start := bms[k], &starts[k]
+			j := l.r0
+			for ; rl[j].kernel != k || rl[j].threads != e.threads; j++ {
+			}
+			bm := unsafe.Slice((*int32)(unsafe.Pointer(&host[rl[j].bmap])), rl[j].blocks)
+			start := &starts[j-l.r0]
 			je := jobEntry{
 				x: dev(e.x), w: dev(e.w), dy: dev(e.dy), r: dev(e.r), dx: dev(e.dx), dw: dev(e.dw),
 				rows: int32(e.rows), dim: int32(e.dim), rg: int32(e.rg), g: int32(e.g),
@@ -268,57 +257,65 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 	}
 
 	d, s := b.d, b.stream
-	st := Stats{Jobs: nent, Uploads: off}
 	if err := b.spin(b.hold); err != nil {
 		return 0, err
 	}
 	if err := d.check("cuEventRecord", d.cuEventRecord(b.evStart, s)); err != nil {
 		return 0, err
 	}
-	if transfers {
+	if mode != xferNone {
 		for _, x := range p.uploads {
+			if mapped(x) {
+				continue
+			}
 			if err := d.check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(x.m.dptr, x.m.host, uintptr(x.nbytes()), s)); err != nil {
 				return 0, fmt.Errorf("cuda: uploading a %v buffer: %w", x.shape, err)
 			}
 			st.Uploads += x.nbytes()
+			st.Copies++
 		}
 	}
-	if off > 0 {
-		if err := d.check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(b.table.dptr, b.table.host, uintptr(off), s)); err != nil {
-			return 0, fmt.Errorf("cuda: uploading the job table (%d bytes): %w", off, err)
-		}
+	if err := d.check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(b.table.dptr, b.table.host, uintptr(off), s)); err != nil {
+		return 0, fmt.Errorf("cuda: uploading the job table (%d bytes): %w", off, err)
 	}
+	st.Uploads += off
+	st.Copies++
 	if err := d.check("cuEventRecord", d.cuEventRecord(b.evK0, s)); err != nil {
 		return 0, err
 	}
 	for _, l := range launches {
-		for k, rk := range rowsKernels {
-			smem := 0
-			if k == kRows {
-				smem = l.smem
-			}
-			if err := b.launch(b.fnRows[k], rk.name, rk.threads, l.rowBlocks[k], smem, l.table, l.bmapRows[k], false); err != nil {
+		for _, r := range rl[l.r0:l.r1] {
+			if err := b.launch(b.fnRows[r.kernel], rowsKernelName(r.kernel), r.threads, r.blocks, r.smem, l.table, r.bmap, false); err != nil {
 				return 0, err
 			}
+			st.Launches++
 		}
-		if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, rowsThreads, l.redBlocks, 0, l.table, l.bmapRed, b.pdl); err != nil {
-			return 0, err
+		if l.redBlocks > 0 {
+			if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, rowsThreads, l.redBlocks, 0, l.table, l.bmapRed, b.pdl); err != nil {
+				return 0, err
+			}
+			st.Launches++
 		}
 	}
 	if err := d.check("cuEventRecord", d.cuEventRecord(b.evK1, s)); err != nil {
 		return 0, err
 	}
-	if transfers {
+	if mode != xferNone {
 		for _, x := range p.downloads {
+			if mapped(x) {
+				continue
+			}
 			if err := d.check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(x.m.host, x.m.dptr, uintptr(x.nbytes()), s)); err != nil {
 				return 0, fmt.Errorf("cuda: downloading a %v buffer: %w", x.shape, err)
 			}
 			st.Downs += x.nbytes()
+			st.Copies++
 		}
 	}
 	if err := d.check("cuEventRecord", d.cuEventRecord(b.evEnd, s)); err != nil {
 		return 0, err
 	}
+	st.Host = time.Since(t0)
 	if err := d.check("cuStreamSynchronize", d.cuStreamSynchronize(s)); err != nil {
 		return 0, fmt.Errorf("cuda: running %d job-table entries in %d phases: %w", nent, len(launches), err)
 	}
@@ -331,8 +328,17 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, transfers bool)
 	}
 	st.Total = time.Duration(float64(ms) * float64(time.Millisecond))
 	st.Kernels = time.Duration(float64(kms) * float64(time.Millisecond))
+	st.Wall = time.Since(t0)
 	b.last = st
 	return st.Total, nil
+}
+
+// rowsKernelName names rows kernel k (kRows, kFused0+class) for errors.
+func rowsKernelName(k int) string {
+	if k >= kFused0 {
+		return shaders.CUDARowsFusedKernels[k-kFused0]
+	}
+	return shaders.CUDARowsKernel
 }
 
 // launch runs fn over blocks blocks of threads threads with smem bytes of

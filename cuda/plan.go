@@ -38,11 +38,9 @@ func typeCode(b *buffer) int32 {
 	return typeF32
 }
 
-// Launch geometry; the same values as RMS_THREADS, RMS_WIDE_THREADS and
-// RED_CH in the .cu.
+// Launch geometry; the same values as RMS_THREADS and RED_CH in the .cu.
 const (
-	rowsThreads = 256
-	wideThreads = 512 // the wide rows kernel (dims 4100..8192, a multiple of 4)
+	rowsThreads = 256 // the general path's block for dims without a fused class
 	redChunks   = 8   // 4-column chunks per reduce block
 )
 
@@ -54,19 +52,19 @@ type entry struct {
 	computeR, writeR    bool
 	rows, dim           int
 	eps                 float32
-	rg, g               int  // rows per group, groups (= blocks of the rows kernel)
-	stages              int  // shared-memory row slots (rows_smem); 0: registers
-	wide                bool // runs in the wide rows kernel (512 threads)
+	geom
 }
 
-// Rows kernels, one launch each per phase (shaders.CUDARows*Kernel).
+// Rows kernels (shaders.CUDARowsKernel and the fused classes'
+// shaders.CUDARowsFusedKernels), by index: launches are per kernel and
+// block size.
 const (
-	kRows      = iota // 256 threads: the general path
-	kWide             // 512 threads: dims 4100..8192, a multiple of 4
-	kRowsFused        // 256 threads, every flag, dim a multiple of 4 up to 4096
-	kWideFused        // 512 threads, every flag
-	nKernels
+	kRows   = 0 // the general path: any flags, dtypes and dims
+	kFused0 = 1 // fused class c is kernel kFused0 + c
 )
+
+// nKernels is the number of rows kernels.
+var nKernels = kFused0 + len(fusedClasses)
 
 // io is the dtype code x, dy and dx share (those the entry reads or
 // writes), the type the rows code is compiled for, or typeAny when they
@@ -91,19 +89,14 @@ func (e *entry) halfXY() bool {
 	return e.x != nil && e.x.dtype != compute.F32 || e.dy != nil && e.dy.dtype != compute.F32
 }
 
-// kernel is the rows kernel the entry runs in. The fused kernels run the
-// same arithmetic in the same order as the general ones of the same block
-// size, so an entry's bits do not depend on which it takes; they are
-// compiled for x, dy and dx of one dtype (io not typeAny).
+// kernel is the rows kernel the entry runs in: its dim's fused class when
+// every flag is set, no shared-memory slots are used and x, dy and dx share
+// a dtype, else the general kernel. Both run with the block size of the
+// entry's geometry and the same arithmetic in the same order, so an
+// entry's bits do not depend on which it takes.
 func (e *entry) kernel() int {
-	fused := e.computeR && e.writeR && e.dx != nil && e.dw != nil && e.dim%4 == 0 && e.stages == 0 && e.io() != typeAny
-	switch {
-	case e.wide && fused:
-		return kWideFused
-	case e.wide:
-		return kWide
-	case fused && e.dim <= rowsThreads*16:
-		return kRowsFused
+	if e.class >= 0 && e.computeR && e.writeR && e.dx != nil && e.dw != nil && e.stages == 0 && e.io() != typeAny {
+		return kFused0 + e.class
 	}
 	return kRows
 }
@@ -111,12 +104,18 @@ func (e *entry) kernel() int {
 // smemBytes is the dynamic shared memory the entry's blocks use.
 func (e *entry) smemBytes() int { return e.stages * 8 * e.dim }
 
-// geomFunc gives a job's rows per group, group count, shared-memory row
-// slots and kernel (wide: 512 threads). It must depend only on rows, dim and
-// the device, so the dw summation order is fixed per shape; the kernel must
-// depend on dim alone, so the row sums of an RMSInv, a DX and a DW of the
-// same shape run in the same order.
-type geomFunc func(rows, dim int) (rg, g, stages int, wide bool)
+// geom is where a job's rows run: rows per group and groups (blocks),
+// shared-memory row slots (rows_smem; 0: registers or streaming), the
+// block size, and the fused class of its dim (-1: none).
+type geom struct {
+	rg, g, stages, threads, class int
+}
+
+// geomFunc gives a job's geometry. It must depend only on rows, dim and
+// the device, so the dw summation order is fixed per shape; the block size
+// must depend on dim alone, so the row sums of an RMSInv, a DX and a DW of
+// the same shape run in the same order.
+type geomFunc func(rows, dim int) geom
 
 func (e *entry) flags() int32 {
 	var f int32
@@ -135,18 +134,19 @@ func (e *entry) flags() int32 {
 	return f
 }
 
-// place sets the entry's groups, slots and kernel width from geom, with
-// no shared-memory slots for half x or dy.
+// place sets the entry's geometry from geom, with no shared-memory slots
+// for half x or dy.
 func (e *entry) place(geom geomFunc) {
-	e.rg, e.g, e.stages, e.wide = geom(e.rows, e.dim)
+	e.geom = geom(e.rows, e.dim)
 	if e.halfXY() {
 		e.stages = 0
 	}
 }
 
-// redBlocks is the number of reduce blocks of a DW entry (0 otherwise).
+// redBlocks is the number of reduce blocks of a DW entry (0 otherwise, and
+// for a job in one group, which stores dw itself).
 func (e *entry) redBlocks() int {
-	if e.dw == nil {
+	if e.dw == nil || e.g <= 1 {
 		return 0
 	}
 	nch := (e.dim + 3) / 4
@@ -164,22 +164,40 @@ type execPlan struct {
 }
 
 // groups returns the rows per group and the group count for a job of rows
-// rows when at most gmax groups are wanted. It depends only on rows, gmax
-// and align (fixed per device), so the dw summation order does too.
+// x dim when at most gmax groups are wanted. It depends only on rows, dim,
+// gmax and align (fixed per device), so the dw summation order does too.
 //
 // With align > 1 the rows per group are rounded up to a multiple of align
 // when that adds at most 2% to them: fewer, evenly sized groups. On the
 // H200, 16384 rows in 256 groups of 64 beat 261 groups of 63 by 1-3 us
 // (docs/cuda.md, run 9).
-func groups(rows, gmax, align int) (rg, g int) {
+//
+// A small job (under smallJobElems elements) gets groups of at least
+// minGroupElems elements (whole rows): one block, or a few, so a batch of
+// them is one launch with about a block per job, and a job in one group
+// stores dw itself (no partials, no reduce launch). Larger jobs keep the
+// whole device (a 1000x257 job in groups of 32 rows took 2.8 times as long
+// as in groups of 4 on the H200).
+func groups(rows, dim, gmax, align int) (rg, g int) {
 	rg = (rows + gmax - 1) / gmax
 	if align > 1 {
 		if ra := (rg + align - 1) / align * align; (ra-rg)*50 <= rg {
 			rg = ra
 		}
 	}
+	if m := (minGroupElems + dim - 1) / max(dim, 1); rows*dim < smallJobElems && rg < m {
+		rg = m
+	}
+	rg = max(1, min(rg, rows))
 	return rg, (rows + rg - 1) / rg
 }
+
+// minGroupElems is the fewest elements a row group of a small job holds
+// (groups): 8 rows of 1024; smallJobElems is where a job stops being small.
+const (
+	minGroupElems = 8192
+	smallJobElems = 1 << 17
+)
 
 // defaultRGAlign is the backend's groups alignment (RMSGRAD_CUDA_RG_ALIGN
 // overrides it).
@@ -194,8 +212,10 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 
 	// Transfers: an input is uploaded unless an earlier op wrote it; every
 	// output is downloaded, in first-write order.
-	written := map[compute.Buffer]bool{}
-	uploaded := map[compute.Buffer]bool{}
+	// seen: 1 written, 2 uploaded (one map, sized for the batch: the host
+	// side of a batch of small jobs is mostly this planning).
+	const wrote, upl = 1, 2
+	seen := make(map[compute.Buffer]uint8, 4*len(ops))
 	var firstErr error
 	get := func(buf compute.Buffer) *buffer {
 		if buf == nil {
@@ -223,15 +243,15 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 				return nil, fmt.Errorf("cuda: op kind %d: %w", o.Kind, compute.ErrInvalidArgument)
 			}
 			for _, buf := range in {
-				if buf != nil && !written[buf] && !uploaded[buf] {
-					uploaded[buf] = true
+				if buf != nil && seen[buf] == 0 {
+					seen[buf] = upl
 					if b := get(buf); b != nil {
 						p.uploads = append(p.uploads, b)
 					}
 				}
 			}
-			if !written[out] {
-				written[out] = true
+			if seen[out]&wrote == 0 {
+				seen[out] |= wrote
 				if b := get(out); b != nil {
 					p.downloads = append(p.downloads, b)
 				}
@@ -242,10 +262,10 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 		return nil, firstErr
 	}
 
-	users := compute.Users(phases)
-	consumed := make([]map[int]bool, len(phases))
-	for k := range phases {
-		consumed[k] = map[int]bool{}
+	users := rUsers(phases)
+	consumed := make([][]bool, len(phases))
+	for k, ph := range phases {
+		consumed[k] = make([]bool, len(ph))
 	}
 	for k, ph := range phases {
 		for i := range ph {
@@ -290,4 +310,36 @@ func planOps(ops []compute.Op, geom geomFunc, own func(compute.Buffer) (*buffer,
 		return nil, firstErr
 	}
 	return p, nil
+}
+
+// rUsers maps, for each phase after the first, the r buffer of every
+// RMSInv of the phase before to the indices of the ops of this phase that
+// touch it (compute.Users restricted to what compute.Fusable is asked
+// about, which costs a fraction of indexing every buffer).
+func rUsers(phases [][]compute.Op) []map[compute.Buffer][]int {
+	users := make([]map[compute.Buffer][]int, len(phases))
+	for k := 1; k < len(phases); k++ {
+		m := map[compute.Buffer][]int{}
+		for i := range phases[k-1] {
+			if o := &phases[k-1][i]; o.Kind == compute.OpRMSInv && o.R != nil {
+				m[o.R] = nil
+			}
+		}
+		if len(m) == 0 {
+			continue
+		}
+		for i := range phases[k] {
+			o := &phases[k][i]
+			for _, buf := range [...]compute.Buffer{o.X, o.W, o.DY, o.R, o.DX, o.DW} {
+				if buf == nil {
+					continue
+				}
+				if l, ok := m[buf]; ok && (len(l) == 0 || l[len(l)-1] != i) {
+					m[buf] = append(l, i)
+				}
+			}
+		}
+		users[k] = m
+	}
+	return users
 }

@@ -3,11 +3,17 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/shaders"
 )
 
 // fakeBackend records ops without a GPU, so the planner can be tested on
@@ -177,8 +183,20 @@ func TestPlanUploadsForeignR(t *testing.T) {
 	if len(p.downloads) != 1 || p.downloads[0] != a.dw.(*buffer) {
 		t.Fatalf("downloads %v, want dw", p.downloads)
 	}
-	if e := p.phases[0][0]; e.flags() != flagDW || e.redBlocks() != 1 {
-		t.Fatalf("entry flags %b, %d reduce blocks", e.flags(), e.redBlocks())
+	// 2x8 is one group, which stores dw itself: no reduce blocks.
+	if e := p.phases[0][0]; e.flags() != flagDW || e.g != 1 || e.redBlocks() != 0 {
+		t.Fatalf("entry flags %b, %d groups, %d reduce blocks", e.flags(), e.g, e.redBlocks())
+	}
+	// 2x8192 in two groups: dw from partials, 2048 chunks / 8 reduce blocks.
+	b := newJobBufs(t, f, 2, 8192)
+	ops = record(t, f, func(cb *compute.CommandBuffer) error {
+		return cb.DW(b.x, b.dy, b.r, b.dw, compute.DWParams(8192, 2), 2, 8192)
+	})
+	if p, err = planOps(ops, fixedGeom(264), ownAny); err != nil {
+		t.Fatal(err)
+	}
+	if e := p.phases[0][0]; e.g != 2 || e.redBlocks() != 256 {
+		t.Fatalf("2x8192: %d groups, %d reduce blocks; want 2, 256", e.g, e.redBlocks())
 	}
 }
 
@@ -196,58 +214,123 @@ func TestPlanRejectsForeignBuffer(t *testing.T) {
 }
 
 func TestGroups(t *testing.T) {
-	for _, c := range []struct{ rows, gmax, align, rg, g int }{
-		{1, 264, 0, 1, 1}, {8, 264, 0, 1, 8}, {264, 264, 0, 1, 264}, {265, 264, 0, 2, 133},
-		{16384, 264, 0, 63, 261}, {32768, 264, 0, 125, 263}, {4096, 264, 0, 16, 256}, {1000, 264, 0, 4, 250},
+	const wide = 1 << 20 // a dim wide enough that one row fills a group
+	for _, c := range []struct{ rows, dim, gmax, align, rg, g int }{
+		{1, wide, 264, 0, 1, 1}, {8, wide, 264, 0, 1, 8}, {264, wide, 264, 0, 1, 264}, {265, wide, 264, 0, 2, 133},
+		{16384, 4096, 264, 0, 63, 261}, {32768, 8192, 264, 0, 125, 263}, {4096, 4096, 264, 0, 16, 256}, {1000, wide, 264, 0, 4, 250},
 		// align 8: rounded up only when that adds at most 2%.
-		{16384, 264, 8, 64, 256}, {32768, 264, 8, 125, 263}, {4096, 264, 8, 16, 256}, {1000, 264, 8, 4, 250},
-		{32768, 132, 8, 249, 132}, {265, 264, 8, 2, 133}, {12288, 264, 8, 47, 262}, {12672, 264, 8, 48, 264},
+		{16384, 4096, 264, 8, 64, 256}, {32768, 8192, 264, 8, 125, 263}, {4096, 4096, 264, 8, 16, 256}, {1000, wide, 264, 8, 4, 250},
+		{32768, 8192, 132, 8, 249, 132}, {265, wide, 264, 8, 2, 133}, {12288, 4096, 264, 8, 47, 262}, {12672, 4096, 264, 8, 48, 264},
+		// At least minGroupElems (8192) elements per group for a job of
+		// under smallJobElems (131072): one group, or a few.
+		{8, 1024, 264, 0, 8, 1}, {8, 1024, 264, 8, 8, 1}, {20, 1024, 264, 0, 8, 3}, {16, 4096, 264, 8, 2, 8},
+		{64, 4096, 264, 8, 1, 64}, {1000, 257, 264, 0, 4, 250}, {500, 257, 264, 0, 32, 16},
+		{3, 257, 264, 0, 3, 1}, {7, 1, 3, 0, 7, 1}, {2, 8192, 264, 0, 1, 2},
 	} {
-		rg, g := groups(c.rows, c.gmax, c.align)
+		rg, g := groups(c.rows, c.dim, c.gmax, c.align)
 		if rg != c.rg || g != c.g {
-			t.Errorf("groups(%d, %d, %d) = %d, %d; want %d, %d", c.rows, c.gmax, c.align, rg, g, c.rg, c.g)
+			t.Errorf("groups(%d, %d, %d, %d) = %d, %d; want %d, %d", c.rows, c.dim, c.gmax, c.align, rg, g, c.rg, c.g)
 		}
 	}
 }
 
-// fixedGeom splits rows into at most gmax groups and uses the register path.
+// fixedGeom splits rows into at most gmax groups and uses the register
+// path of the dim's class.
 func fixedGeom(gmax int) geomFunc {
-	return func(rows, _ int) (int, int, int, bool) {
-		rg, g := groups(rows, gmax, 0)
-		return rg, g, 0, false
+	return func(rows, dim int) geom {
+		var gm geom
+		gm.class, gm.threads = classOf(dim)
+		gm.rg, gm.g = groups(rows, dim, gmax, 0)
+		return gm
 	}
 }
 
-// The geometry of an H200 (132 SMs, 227 KiB of shared memory per block).
-// By default: registers up to dim 4096 (256 threads, two blocks per SM), the
-// wide kernel from 7172 to 8192 (one block per SM), shared-memory slots for
-// the other multiples of 4 up to 8192, streaming otherwise. With
-// RMSGRAD_CUDA_STAGES (maxStages > 0): the slots for every multiple of 4 up
-// to 8192, as many (up to maxStages) as half the shared memory holds.
+// Every multiple of 4 up to 8192 has a fused class whose block fits its
+// rows: a multiple of 32 threads, at most the class's, k chunks each
+// covering the row with fewer than 32 threads idle. The others have none
+// and 256 threads.
+func TestClassOf(t *testing.T) {
+	prev := 0
+	for dim := 4; dim <= 8192; dim += 4 {
+		c, th := classOf(dim)
+		if c < 0 {
+			t.Fatalf("dim %d: no fused class", dim)
+		}
+		fc, nch := fusedClasses[c], dim/4
+		if th%32 != 0 || th > fc.maxThreads || th*fc.k < nch || (th-32)*fc.k >= nch || nch > fc.maxNch || c < prev {
+			t.Fatalf("dim %d: class %d (%+v), %d threads", dim, c, fc, th)
+		}
+		prev = c
+	}
+	for _, dim := range []int{1, 3, 257, 4097, 8196, 9000, 16384} {
+		if c, th := classOf(dim); c != -1 || th != rowsThreads {
+			t.Errorf("dim %d: class %d, %d threads; want -1, %d", dim, c, th, rowsThreads)
+		}
+	}
+	for _, c := range []struct{ dim, class, threads int }{
+		{1024, 0, 256}, {768, 0, 192}, {1152, 1, 160}, {2048, 1, 256}, {2560, 2, 224}, {3072, 2, 256},
+		{3584, 3, 224}, {4096, 3, 256}, {5120, 4, 320}, {6144, 4, 384}, {7168, 5, 448}, {8192, 5, 512},
+	} {
+		if cl, th := classOf(c.dim); cl != c.class || th != c.threads {
+			t.Errorf("classOf(%d) = %d, %d; want %d, %d", c.dim, cl, th, c.class, c.threads)
+		}
+	}
+}
+
+// The geometry of an H200 (132 SMs, 227 KiB of shared memory per block)
+// with the occupancy the fused classes' launch bounds guarantee (the
+// backend measures the real one at Open). By default: the dim's class and
+// block size, as many groups as blocks fit at once (at least minGroupElems
+// elements each), no slots. With RMSGRAD_CUDA_STAGES (maxStages > 0): 256
+// threads, two blocks per SM, the slots for every multiple of 4 up to
+// 8192, as many (up to maxStages) as half the shared memory holds.
 func TestGeometry(t *testing.T) {
 	for _, c := range []struct {
-		maxStages, rows, dim, rg, g, stages int
-		wide                                bool
+		maxStages, rows, dim int
+		want                 geom
 	}{
-		{0, 16384, 4096, 63, 261, 0, false}, {0, 32768, 8192, 249, 132, 0, true}, {0, 4096, 4096, 16, 256, 0, false},
-		{0, 16384, 5120, 63, 261, 2, false}, {0, 16384, 6144, 63, 261, 2, false}, {0, 16384, 7168, 63, 261, 2, false},
-		{0, 16384, 7172, 125, 132, 0, true}, {0, 1000, 257, 4, 250, 0, false}, {0, 8, 1024, 1, 8, 0, false},
-		{0, 100000, 1024, 379, 264, 0, false}, {0, 64, 16384, 1, 64, 0, false}, {0, 7, 4097, 1, 7, 0, false},
-		{0, 7, 4100, 1, 7, 1, false}, {0, 1000, 2048, 4, 250, 0, false}, {0, 5, 8196, 1, 5, 0, false},
-		{4, 16384, 4096, 63, 261, 3, false}, {4, 32768, 8192, 125, 263, 1, false}, {4, 4096, 4096, 16, 256, 3, false},
-		{4, 16384, 5120, 63, 261, 2, false}, {4, 1000, 257, 4, 250, 0, false}, {4, 8, 1024, 1, 8, 1, false},
-		{4, 100000, 1024, 379, 264, 4, false}, {4, 64, 16384, 1, 64, 0, false}, {4, 7, 4097, 1, 7, 0, false},
-		{2, 4096, 4096, 16, 256, 2, false},
+		{0, 16384, 4096, geom{rg: 63, g: 261, threads: 256, class: 3}},
+		{0, 32768, 8192, geom{rg: 249, g: 132, threads: 512, class: 5}},
+		{0, 4096, 4096, geom{rg: 16, g: 256, threads: 256, class: 3}},
+		{0, 16384, 5120, geom{rg: 125, g: 132, threads: 320, class: 4}},
+		{0, 16384, 6144, geom{rg: 125, g: 132, threads: 384, class: 4}},
+		{0, 16384, 7168, geom{rg: 125, g: 132, threads: 448, class: 5}},
+		{0, 16384, 1024, geom{rg: 42, g: 391, threads: 256, class: 0}},
+		{0, 16384, 1152, geom{rg: 25, g: 656, threads: 160, class: 1}},
+		{0, 16384, 2560, geom{rg: 63, g: 261, threads: 224, class: 2}},
+		{0, 100000, 1024, geom{rg: 253, g: 396, threads: 256, class: 0}},
+		{0, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}},
+		{0, 8, 1024, geom{rg: 8, g: 1, threads: 256, class: 0}},
+		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}},
+		{0, 7, 4097, geom{rg: 2, g: 4, threads: 256, class: -1}},
+		{4, 16384, 4096, geom{rg: 63, g: 261, stages: 3, threads: 256, class: -1}},
+		{4, 32768, 8192, geom{rg: 125, g: 263, stages: 1, threads: 256, class: -1}},
+		{4, 16384, 5120, geom{rg: 63, g: 261, stages: 2, threads: 256, class: -1}},
+		{4, 8, 1024, geom{rg: 8, g: 1, stages: 4, threads: 256, class: -1}},
+		{4, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}},
+		{4, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}},
+		{2, 4096, 4096, geom{rg: 16, g: 256, stages: 2, threads: 256, class: -1}},
 	} {
 		b := &Backend{sms: 132, smemOptin: 232448, maxStages: c.maxStages}
-		rg, g, st, wide := b.geometry(c.rows, c.dim)
-		if rg != c.rg || g != c.g || st != c.stages || wide != c.wide {
-			t.Errorf("stages<=%d: geometry(%d, %d) = %d, %d, %d, %v; want %d, %d, %d, %v", c.maxStages, c.rows, c.dim,
-				rg, g, st, wide, c.rg, c.g, c.stages, c.wide)
+		got := b.geometry(c.rows, c.dim)
+		if got != c.want {
+			t.Errorf("stages<=%d: geometry(%d, %d) = %+v; want %+v", c.maxStages, c.rows, c.dim, got, c.want)
 		}
-		if 2*(st*8*c.dim+smemReserve) > int(b.smemOptin)+smemReserve {
-			t.Errorf("geometry(%d, %d): %d slots: two blocks do not fit on an SM", c.rows, c.dim, st)
+		if 2*(got.stages*8*c.dim+smemReserve) > int(b.smemOptin)+smemReserve {
+			t.Errorf("geometry(%d, %d): %d slots: two blocks do not fit on an SM", c.rows, c.dim, got.stages)
 		}
+	}
+	// With the driver's occupancy: the groups follow it.
+	b := &Backend{sms: 132, smemOptin: 232448}
+	b.occ = make([][]int, len(fusedClasses))
+	for c, fc := range fusedClasses {
+		b.occ[c] = make([]int, fc.maxThreads/32)
+		for i := range b.occ[c] {
+			b.occ[c][i] = 4
+		}
+	}
+	if got := b.geometry(16384, 1024); got.g != 512 || got.rg != 32 {
+		t.Errorf("occupancy 4: geometry(16384, 1024) = %+v; want 512 groups of 32", got)
 	}
 }
 
@@ -277,7 +360,8 @@ func TestLaunchConfigLayout(t *testing.T) {
 
 // TestPlanDTypes: an entry's types word carries each tensor's dtype and the
 // IO type x, dy and dx share (typeAny when they differ); fused kernels are
-// taken only for one IO type, and half x or dy get no shared-memory slots.
+// taken only for one IO type, and half x or dy get no shared-memory slots
+// (RMSGRAD_CUDA_STAGES).
 func TestPlanDTypes(t *testing.T) {
 	f := &fakeBackend{}
 	alloc := func(dt compute.DType, shape ...int) compute.Buffer {
@@ -287,18 +371,19 @@ func TestPlanDTypes(t *testing.T) {
 		}
 		return b
 	}
-	const rows, dim = 64, 5120 // a dim that gets slots when every tensor is F32
+	const rows, dim = 64, 5120 // fused class c4 (320 threads)
 	for _, c := range []struct {
-		name             string
-		x, w, dy, dx, dw compute.DType
-		types            int32
-		kernel, stages   int
+		name                 string
+		x, w, dy, dx, dw     compute.DType
+		types                int32
+		kernel, stages       int
+		smemKernel, smemStag int // with RMSGRAD_CUDA_STAGES=4
 	}{
-		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kRows, 1},
-		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kRows, 0},
-		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kRows, 0},
-		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0},
-		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 1},
+		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 1},
+		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kFused0 + 4, 0, kRows, 0},
+		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kFused0 + 4, 0, kRows, 0},
+		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0, kRows, 0},
+		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 1},
 	} {
 		x, w, dy, r, dx, dw := alloc(c.x, rows, dim), alloc(c.w, dim), alloc(c.dy, rows, dim), alloc(compute.F32, rows), alloc(c.dx, rows, dim), alloc(c.dw, dim)
 		ops := record(t, f, func(cb *compute.CommandBuffer) error {
@@ -311,21 +396,28 @@ func TestPlanDTypes(t *testing.T) {
 			}
 			return cb.DW(x, dy, r, dw, compute.DWParams(dim, rows), rows, dim)
 		})
-		b := &Backend{sms: 132, smemOptin: 232448}
-		p, err := planOps(ops, b.geometry, ownAny)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := p.phases[1][0]
-		if e.types() != c.types || e.kernel() != c.kernel || e.stages != c.stages {
-			t.Errorf("%s: types %#x, kernel %d, stages %d; want %#x, %d, %d", c.name, e.types(), e.kernel(), e.stages, c.types, c.kernel, c.stages)
+		for _, maxStages := range []int{0, 4} {
+			b := &Backend{sms: 132, smemOptin: 232448, maxStages: maxStages}
+			p, err := planOps(ops, b.geometry, ownAny)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := p.phases[1][0]
+			k, st, th := c.kernel, c.stages, 320
+			if maxStages > 0 {
+				k, st, th = c.smemKernel, c.smemStag, 256
+			}
+			if e.types() != c.types || e.kernel() != k || e.stages != st || e.threads != th {
+				t.Errorf("%s, stages<=%d: types %#x, kernel %d, stages %d, %d threads; want %#x, %d, %d, %d",
+					c.name, maxStages, e.types(), e.kernel(), e.stages, e.threads, c.types, k, st, th)
+			}
 		}
 	}
 	// At 4096 the fused kernels: for a shared IO type, not for a mix.
 	for _, c := range []struct {
 		x, dy, dx compute.DType
 		kernel    int
-	}{{compute.BF16, compute.BF16, compute.BF16, kRowsFused}, {compute.F16, compute.F16, compute.F16, kRowsFused},
+	}{{compute.BF16, compute.BF16, compute.BF16, kFused0 + 3}, {compute.F16, compute.F16, compute.F16, kFused0 + 3},
 		{compute.BF16, compute.BF16, compute.F32, kRows}, {compute.F16, compute.BF16, compute.F16, kRows}} {
 		x, w, dy, r, dx, dw := alloc(c.x, 8, 4096), alloc(compute.F32, 4096), alloc(c.dy, 8, 4096), alloc(compute.F32, 8), alloc(c.dx, 8, 4096), alloc(compute.F32, 4096)
 		ops := record(t, f, func(cb *compute.CommandBuffer) error {
@@ -363,5 +455,120 @@ func TestParseBenchShapes(t *testing.T) {
 		if _, err := parseBenchShapes(bad); err == nil {
 			t.Errorf("parseBenchShapes(%q) accepted", bad)
 		}
+	}
+}
+
+// Every function field of driverAPI is bound by loadDriver (driverSymbols),
+// but the optional cuLaunchKernelEx: a field left out is a nil function
+// that panics on a GPU host only.
+func TestDriverSymbols(t *testing.T) {
+	d := &driverAPI{}
+	bound := map[uintptr]bool{}
+	for _, p := range driverSymbols(d, "cuEventElapsedTime_v2") {
+		bound[reflect.ValueOf(p).Pointer()] = true
+	}
+	v := reflect.ValueOf(d).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Type.Kind() != reflect.Func || f.Name == "cuLaunchKernelEx" {
+			continue
+		}
+		if !bound[v.Field(i).Addr().Pointer()] {
+			t.Errorf("driverAPI.%s is not in driverSymbols", f.Name)
+		}
+	}
+	n := 0
+	for i := range v.NumField() {
+		if v.Field(i).Kind() == reflect.Func {
+			n++
+		}
+	}
+	if len(bound) != n-1 {
+		t.Errorf("driverSymbols binds %d fields, driverAPI has %d function fields (one optional)", len(bound), n)
+	}
+}
+
+// Each kernel is in one NVRTC program (kernelParts), and the .cu keeps it
+// in that part: the nearest RMS_PART_IS guard above its definition names
+// the part. A mismatch would fail only on a GPU host (a kernel missing
+// from its module).
+func TestKernelParts(t *testing.T) {
+	src := shaders.CUDASource
+	seen := map[string]bool{}
+	for p, names := range kernelParts() {
+		for _, name := range names {
+			if seen[name] {
+				t.Errorf("kernel %s in two parts", name)
+			}
+			seen[name] = true
+			def := -1
+			for _, pat := range []string{" " + name + "(", "RMS_FUSED_CLASS(" + name + ","} {
+				if i := strings.Index(src, pat); i >= 0 && (def < 0 || i < def) {
+					// The definition, not a mention in a comment.
+					if ls := strings.LastIndex(src[:i], "\n"); !strings.HasPrefix(strings.TrimSpace(src[ls+1:i+1]), "//") {
+						def = i
+					}
+				}
+			}
+			if def < 0 {
+				t.Errorf("kernel %s: no definition in %s", name, shaders.CUDAFile)
+				continue
+			}
+			// The RMS_PART_IS guards open at the definition (a stack of the
+			// preprocessor conditionals above it).
+			var stack []string
+			for _, l := range strings.Split(src[:def], "\n") {
+				switch l = strings.TrimSpace(l); {
+				case strings.HasPrefix(l, "#if"):
+					stack = append(stack, l)
+				case strings.HasPrefix(l, "#endif") && len(stack) > 0:
+					stack = stack[:len(stack)-1]
+				}
+			}
+			n, found := -1, 0
+			for _, c := range stack {
+				if _, err := fmt.Sscanf(c, "#if RMS_PART_IS(%d)", &n); err == nil {
+					found++
+				}
+			}
+			if found != 1 || n != p {
+				t.Errorf("kernel %s: %d RMS_PART_IS guards open (part %d), kernelParts has it in part %d", name, found, n, p)
+			}
+		}
+	}
+	for _, name := range append([]string{shaders.CUDARowsKernel, shaders.CUDAReduceKernel, shaders.CUDAAddKernel, shaders.CUDASpinKernel, shaders.CUDAFillKernel}, shaders.CUDARowsFusedKernels[:]...) {
+		if !seen[name] {
+			t.Errorf("kernel %s is in no part", name)
+		}
+	}
+}
+
+// RMSGRAD_CUDA_CACHE names the compiled kernels' directory, "off" disables
+// it, and by default it is under the user's cache directory.
+func TestCubinCacheDir(t *testing.T) {
+	t.Setenv("RMSGRAD_CUDA_CACHE", "/some/dir")
+	if d := cubinCacheDir(); d != "/some/dir" {
+		t.Errorf("RMSGRAD_CUDA_CACHE=/some/dir: %q", d)
+	}
+	t.Setenv("RMSGRAD_CUDA_CACHE", "off")
+	if d := cubinCacheDir(); d != "" {
+		t.Errorf("RMSGRAD_CUDA_CACHE=off: %q", d)
+	}
+	t.Setenv("RMSGRAD_CUDA_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	if d := cubinCacheDir(); d != "/xdg/rmsgrad/cuda" {
+		t.Errorf("default with XDG_CACHE_HOME=/xdg: %q", d)
+	}
+}
+
+// storeCubin writes the file atomically and leaves no temporary behind.
+func TestStoreCubin(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	storeCubin(dir, "k", []byte("cubin"))
+	if b, err := os.ReadFile(filepath.Join(dir, "k.cubin")); err != nil || string(b) != "cubin" {
+		t.Fatalf("read back: %q, %v", b, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(m) != 0 {
+		t.Fatalf("temporaries left: %v", m)
 	}
 }

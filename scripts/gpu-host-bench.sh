@@ -12,8 +12,9 @@
 #
 # bin/worker picks its backend itself (auto: CUDA on an NVIDIA host); add
 # -inproc-backend cuda for the in-process profile. The wrappers
-# /tmp/d/bin/worker-procsN run the worker with procs N (GOMAXPROCS), for
-# -worker / -baseline-worker. .devcarry/ must be in .git/info/exclude.
+# /tmp/d/bin/worker-procsN run the worker with procs N (GOMAXPROCS), and
+# /tmp/d/bin/worker-concN with concurrency N, for -worker /
+# -baseline-worker. .devcarry/ must be in .git/info/exclude.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -34,6 +35,7 @@ d=$(dirname "$(readlink -f "$0")")
 exec "$d/../lib/ld-linux-x86-64.so.2" --library-path "$d/../lib" "$d/redis-server" "$@"
 W
 	for n in 2 4 8 16; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --procs %s "$@"\n' "$n" >"$d/bin/worker-procs$n"; done
+	for n in 32 128 256; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --concurrency %s "$@"\n' "$n" >"$d/bin/worker-conc$n"; done
 	chmod +x "$d/bin/"*
 	tar -C "$d" -cJf .devcarry/c.tar.xz bin lib
 	rm -rf "$d"

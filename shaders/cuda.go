@@ -15,18 +15,28 @@ var CUDASource string
 const CUDAFile = "rms_norm_backward.cu"
 
 // Entry points of CUDASource. The three compute kernels (rms_inv, dx, dw) are
-// flag sets of CUDARowsKernel (256 threads per block) or, for dims from 4100
-// to 8192 that are a multiple of 4, CUDARowsWideKernel (512) over a job
-// table; the Fused forms run the common case (r, dx and dw in one pass, dim a
-// multiple of 4) compiled apart; CUDAReduceKernel sums the dw
-// partials; CUDAAddKernel is the c = a + b copy ceiling of the benchmarks and
-// CUDASpinKernel their blocking kernel.
+// flag sets of CUDARowsKernel (the general path, blocks of up to 512
+// threads) over a job table; CUDARowsFusedKernels run the common case (r, dx
+// and dw in one pass, dim a multiple of 4 up to 8192, x, dy and dx of one
+// dtype), one kernel per width class of the register path (c0..c5);
+// CUDAReduceKernel sums the dw partials; CUDAAddKernel is the c = a + b copy
+// ceiling of the benchmarks, CUDASpinKernel their blocking kernel and
+// CUDAFillKernel their input generator.
 const (
-	CUDARowsKernel          = "rms_norm_backward_rows_f32"
-	CUDARowsWideKernel      = "rms_norm_backward_rows512_f32"
-	CUDARowsFusedKernel     = "rms_norm_backward_rows_fused_f32"
-	CUDARowsWideFusedKernel = "rms_norm_backward_rows512_fused_f32"
-	CUDAReduceKernel        = "rms_norm_dw_reduce_f32"
-	CUDAAddKernel           = "rms_bench_add_f32"
-	CUDASpinKernel          = "rms_bench_spin"
+	CUDARowsKernel   = "rms_norm_backward_rows_f32"
+	CUDAReduceKernel = "rms_norm_dw_reduce_f32"
+	CUDAAddKernel    = "rms_bench_add_f32"
+	CUDASpinKernel   = "rms_bench_spin"
+	CUDAFillKernel   = "rms_bench_fill"
 )
+
+// CUDARowsFusedKernels are the fused kernels of the register path's width
+// classes c0..c5 (cuda/geometry.go has their geometry).
+var CUDARowsFusedKernels = [...]string{
+	"rms_norm_backward_rows_fused_c0",
+	"rms_norm_backward_rows_fused_c1",
+	"rms_norm_backward_rows_fused_c2",
+	"rms_norm_backward_rows_fused_c3",
+	"rms_norm_backward_rows_fused_c4",
+	"rms_norm_backward_rows_fused_c5",
+}

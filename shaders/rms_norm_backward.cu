@@ -8,28 +8,30 @@
 //   dx[b,k] = r[b] * (dy[b,k]*w[k] - x[b,k] * (s[b] * r[b]^2 / dim))
 //   dw[i]   = sum_b dy[b,i] * x[b,i] * r[b]
 //
-// One kernel, rms_norm_backward_rows_f32, runs every row-wise piece of work of
-// one phase of a batch over a job table (one launch for many jobs: per-launch
-// cost is what decides small-job throughput). A block map gives each block its
-// job; the block then owns a group of that job's rows, every G-th row from
-// its group index (persistent blocks: a large job gets about two groups per
-// multiprocessor, and the groups sweep the tensor side by side). Each job
-// entry says what to do with flags: compute r (or read it), write r, write
-// dx, write dw partials. The three kernels of compute
-// (rms_norm_compute_rms_inv_f32, rms_norm_backward_dx_f32,
-// rms_norm_backward_dw_f32) are flag sets of this one code path, so a job
-// whose RMSInv, DX and DW the backend fuses into one pass gives the same bits
-// as the three run apart: the arithmetic is the same instructions in the
-// same order. Every float operation uses an explicit round-to-nearest
-// intrinsic so the compiler cannot contract or reorder differently between
-// variants.
+// The rows kernels run every row-wise piece of work of one phase of a batch
+// over a job table (one launch for many jobs: per-launch cost is what
+// decides small-job throughput). A block map gives each block its job; the
+// block then owns a group of that job's rows, every G-th row from its group
+// index (persistent blocks: a large job gets as many groups as fit on the
+// multiprocessors at once, and the groups sweep the tensor side by side; a
+// small job gets one, which stores dw itself). Each job entry says what to
+// do with flags: compute r (or read it), write r, write dx, write dw. The
+// three kernels of compute (rms_norm_compute_rms_inv_f32,
+// rms_norm_backward_dx_f32, rms_norm_backward_dw_f32) are flag sets of the
+// general kernel, rms_norm_backward_rows_f32; the common case (all three in
+// one pass) runs in the fused kernels of the register path's width classes.
+// A job whose RMSInv, DX and DW the backend fuses into one pass gives the
+// same bits as the three run apart: the arithmetic is the same
+// instructions in the same order. Every float operation uses an explicit
+// round-to-nearest intrinsic so the compiler cannot contract or reorder
+// differently between variants.
 //
 // Determinism: the reduction order of a row depends only on dim (the host
-// picks the kernel, and so the block size T, from dim alone; thread t owns
-// 4-element chunks t, t+T, ...; each thread sums its chunks in order, then a
-// fixed xor-butterfly per warp, then a butterfly over the warp sums). dw partials
-// are per row group ([G, dim], the group size a function of rows and the
-// device's multiprocessor count only, rows inside a group summed in order) and
+// picks the block size T from dim alone; thread t owns 4-element chunks t,
+// t+T, ...; each thread sums its chunks in order, then a fixed
+// xor-butterfly per warp, then a butterfly over the warp sums). dw partials
+// are per row group ([G, dim], the group count a function of rows, dim and
+// the device only, rows inside a group summed in order) and
 // rms_norm_dw_reduce_f32 adds the G partials of each column in a fixed tree
 // (32 strided slices summed in order, then the slices in order). No float
 // atomics anywhere, so dx and dw are bitwise identical across runs, batch
@@ -50,20 +52,25 @@
 // on the register paths and dw stored once per column, so both read their
 // dtype at run time.
 
+// Block size of the reduction and of the shared-memory path; the block
+// size of the general path for dims that are not a multiple of 4 or are
+// over 8192.
 #define RMS_THREADS 256
 // Chunks (of 4 floats) per thread of the shared-memory path (rows_smem,
 // dim <= 256*4*8 = 8192, a multiple of 4; taken only when the host is asked
-// to, RMSGRAD_CUDA_STAGES) and, up to 4, of the register paths (rows_regs,
-// 256 threads up to dim 4096, 512 threads from 4100 to 8192). Other dims
-// take the same arithmetic with re-reads from global memory (rows_stream).
+// to, RMSGRAD_CUDA_STAGES). The register paths (rows_regs) hold up to 4
+// chunks per thread; beyond, the same arithmetic re-reads from global
+// memory (rows_stream).
 #define RMS_KMAX 8
-// Rows with at most RMS_PF_KMAX chunks per thread load the next row of the
-// group while the current one is reduced (two rows of registers).
-#ifndef RMS_PF_KMAX
-#define RMS_PF_KMAX 4
-#endif
-#ifndef RMS_MIN_BLOCKS
-#define RMS_MIN_BLOCKS 2
+
+// The host compiles the file as several programs at once (cuda/backend.go
+// kernelParts), RMS_PART=n keeping the kernels of part n: 0 the general
+// rows kernel, 1 the reduction and the benchmark kernels, 2+c fused class
+// c. Without RMS_PART (the CPU test harness, nvcc) every kernel is kept.
+#ifdef RMS_PART
+#define RMS_PART_IS(n) (RMS_PART == (n))
+#else
+#define RMS_PART_IS(n) 1
 #endif
 
 #define F_COMPUTE_R 1
@@ -106,13 +113,20 @@ struct Job {
 	int types;  // dtypes of x, w, dy, dx, dw and the IO type (TYPE_*)
 };
 
+// RMS_VOLATILE_LOADS (a benchmark variant, RMSGRAD_CUDA_NVRTC_OPTS) issues
+// the 16- and 8-byte input loads as volatile asm, so that the compiler
+// keeps them where the code puts them (a row's loads S-1 rows ahead).
 __device__ __forceinline__ void load4(const float* __restrict__ p, int e, int dim, bool vec, float v[4]) {
 	if (vec) {
+#if defined(RMS_VOLATILE_LOADS) && !defined(RMS_EMU)
+		asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "l"(p + e));
+#else
 		float4 t = __ldg(reinterpret_cast<const float4*>(p + e));
 		v[0] = t.x;
 		v[1] = t.y;
 		v[2] = t.z;
 		v[3] = t.w;
+#endif
 	} else {
 #pragma unroll
 		for (int q = 0; q < 4; q++) v[q] = (e + q < dim) ? __ldg(p + e + q) : 0.0f;
@@ -217,6 +231,25 @@ __device__ __forceinline__ unsigned int narrow(float f) {
 	else return f2h(f);
 }
 
+// narrow2 rounds two float32 to dtype T, packed lo | hi << 16: one PTX cvt
+// for both (sm_80+; round to nearest even, no flush, as the scalar forms)
+// unless one is a NaN, which takes the scalar forms' NaN rule. On the
+// H200, BF16 rows were bound by integer instructions (docs/cuda.md).
+template <int T>
+__device__ __forceinline__ unsigned int narrow2(float lo, float hi) {
+#if !defined(RMS_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	if (lo == lo && hi == hi) {
+		unsigned int d;
+		if constexpr (T == T_BF16)
+			asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+		else
+			asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+		return d;
+	}
+#endif
+	return narrow<T>(lo) | (narrow<T>(hi) << 16);
+}
+
 // loadT loads 4 elements at e of a row p of dtype T (of dt when T is
 // T_ANY, which dispatches at run time), widened to float32; past dim, 0.
 // A vec chunk of halfs is one 8-byte load.
@@ -256,8 +289,7 @@ __device__ __forceinline__ void storeT(void* p, int e, int dim, bool vec, const 
 	} else {
 		unsigned short* h = (unsigned short*)p;
 		if (vec) {
-			*reinterpret_cast<uint2*>(h + e) =
-			    make_uint2(narrow<T>(v[0]) | (narrow<T>(v[1]) << 16), narrow<T>(v[2]) | (narrow<T>(v[3]) << 16));
+			*reinterpret_cast<uint2*>(h + e) = make_uint2(narrow2<T>(v[0], v[1]), narrow2<T>(v[2], v[3]));
 		} else {
 #pragma unroll
 			for (int q = 0; q < 4; q++)
@@ -333,15 +365,15 @@ __device__ __forceinline__ float dx_dim1(float d, float w, float r, float eps) {
 	return __fmul_rn(__fmul_rn(__fmul_rn(d, w), __fmul_rn(__fmul_rn(eps, r), r)), r);
 }
 
-// Sums (ss, s) over a block of T threads in a fixed order: a butterfly in
-// each warp, the warp sums through shared memory, then a butterfly over the
-// T/32 warp sums (lanes past them add 0). Every lane of every warp ends with
-// the same bits (a xor butterfly pairs the same values in every lane, and
-// float addition is commutative). red is double-buffered by row parity so
-// one barrier per row suffices.
-template <int T>
+// Sums (ss, s) over the block's threads (blockDim.x, a multiple of 32) in a
+// fixed order: a butterfly in each warp, the warp sums through shared
+// memory, then a butterfly over the W = blockDim.x/32 warp sums (lanes past
+// them add 0). Every lane of every warp ends with the same bits (a xor
+// butterfly pairs the same values in every lane, and float addition is
+// commutative). red is double-buffered by row parity so one barrier per row
+// suffices. The order depends on the block size only.
 __device__ __forceinline__ void block_sum2(float& ss, float& s, float (*red)[2][32], int p) {
-	constexpr int W = T / 32;
+	const int W = blockDim.x >> 5;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	ss = warp_sum(ss);
 	s = warp_sum(s);
@@ -366,24 +398,100 @@ __device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
 __device__ __forceinline__ int group_rows(const Job& J, int grp) { return (J.rows - grp + J.g - 1) / J.g; }
 #define rowOf(b) ((size_t)grp + (size_t)(b) * (size_t)G)
 
-// The rows of one group with each row held in registers: thread t owns the
-// 4-element chunks t, t+T, ... (K of them) of every row, and, when dx is
-// wanted, the same chunks of w, loaded once. With PF, the next row of the
-// group is in flight while this one is reduced and written: two register
-// slots, the row loop unrolled by two so that the slot index is a constant
-// (a run-time index would put the arrays in local memory). Measured on the
-// H200 (docs/cuda.md, run 4): holding w in registers instead of
-// re-reading it twice per row took the register path from 77% to 93% of the
-// device copy at 16384x4096.
+// store_dw ends a group's dw sums a (4 columns at chunk c). A job in one
+// group (J.g == 1: the small jobs) stores dw itself, as a + 0 in dw's
+// dtype: the bits the reduction gives for a single partial (it adds the
+// partial to 0), with no partials and no reduce launch. Otherwise the sums
+// are the group's partial row, for rms_norm_dw_reduce_f32.
+__device__ __forceinline__ void store_dw(const Job& J, int grp, int c, int dim, bool vec, const float a[4]) {
+	if (J.g == 1) {
+		float o[4];
+#pragma unroll
+		for (int q = 0; q < 4; q++) o[q] = __fadd_rn(a[q], 0.0f);
+		storeT<T_ANY>(J.dw, c * 4, dim, vec, o, TYPE_DW(J));
+	} else {
+		store4(J.part + (size_t)grp * dim, c * 4, dim, vec, a);
+	}
+}
+
+// Chunk<IO> is 4 elements of a row as the register path holds them between
+// their load and their use: F32 (and T_ANY, widened as loaded) as 4 floats,
+// BF16 and F16 as loaded, two to a 32-bit word, widened when used, so a row
+// of halfs takes half the registers and twice the rows fit in flight.
+// Elements past dim are 0.
+template <int IO>
+struct Chunk {
+	float f[4];
+	__device__ __forceinline__ void clear() { f[0] = f[1] = f[2] = f[3] = 0.0f; }
+	__device__ __forceinline__ void load(const void* p, int e, int dim, bool vec, int dt) { loadT<IO>(p, e, dim, vec, f, dt); }
+	__device__ __forceinline__ void get(float v[4]) const {
+#pragma unroll
+		for (int q = 0; q < 4; q++) v[q] = f[q];
+	}
+};
+template <int H>
+struct HalfChunk {
+	unsigned int h[2];
+	__device__ __forceinline__ void clear() { h[0] = h[1] = 0u; }
+	__device__ __forceinline__ void load(const void* p, int e, int dim, bool vec, int) {
+		const unsigned short* u = (const unsigned short*)p;
+		if (vec) {
+#if defined(RMS_VOLATILE_LOADS) && !defined(RMS_EMU)
+			asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(h[0]), "=r"(h[1]) : "l"(u + e));
+#else
+			const uint2 t = __ldg(reinterpret_cast<const uint2*>(u + e));
+			h[0] = t.x;
+			h[1] = t.y;
+#endif
+		} else {
+			unsigned int q[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++) q[i] = (e + i < dim) ? (unsigned int)__ldg(u + e + i) : 0u;
+			h[0] = q[0] | (q[1] << 16);
+			h[1] = q[2] | (q[3] << 16);
+		}
+	}
+	__device__ __forceinline__ void get(float v[4]) const {
+		if constexpr (H == T_BF16) {
+			// A bf16 is the top half of its float32: one instruction each.
+			v[0] = __uint_as_float(h[0] << 16);
+			v[1] = __uint_as_float(h[0] & 0xffff0000u);
+			v[2] = __uint_as_float(h[1] << 16);
+			v[3] = __uint_as_float(h[1] & 0xffff0000u);
+		} else {
+			v[0] = widen<H>(h[0] & 0xffffu);
+			v[1] = widen<H>(h[0] >> 16);
+			v[2] = widen<H>(h[1] & 0xffffu);
+			v[3] = widen<H>(h[1] >> 16);
+		}
+	}
+};
+template <>
+struct Chunk<T_BF16> : HalfChunk<T_BF16> {};
+template <>
+struct Chunk<T_F16> : HalfChunk<T_F16> {};
+
+// The rows of one group with each row held in registers: thread t of the
+// T = blockDim.x owns the 4-element chunks t, t+T, ... (at most K of them)
+// of every row, and, when dx is wanted, the same chunks of w, loaded once.
+// S rows are in registers at once (slots, as loaded: Chunk): while one is
+// reduced and written, the next S-1 of the group are in flight. The row loop is
+// unrolled by S so that the slot index is a constant (a run-time index
+// would put the arrays in local memory). Measured on the H200
+// (docs/cuda.md): holding w in registers instead of re-reading it twice per
+// row took the register path from 77% to 93% of the device copy at
+// 16384x4096 (run 4); one row in registers per block could not cover the
+// memory latency (run 1).
 //
 // FUSED is the worker's common case, compiled apart: every flag set (r
 // computed and written, dx, dw) and dim a multiple of 4, so that the flag
 // and bounds tests fold away. It runs the same instructions in the same
-// order as the general path, so the bits are the same (TestKernelsOnCPU).
+// order as the general path, so the bits are the same (TestKernelsOnCPU):
+// the sums depend on T (the chunks each thread owns) and not on K or S.
 // IO is the dtype of x, dy and dx (T_ANY: each its own, read at run time).
-template <int T, int K, bool PF, bool FUSED, int IO>
+template <int K, int S, bool FUSED, int IO>
 __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
-	constexpr int S = PF ? 2 : 1;
+	const int T = blockDim.x;
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
 	const bool vec = FUSED || (dim & 3) == 0;
@@ -399,7 +507,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	const int tx = IO == T_ANY ? TYPE_X(J) : IO, tdy = IO == T_ANY ? TYPE_DY(J) : IO;
 	const int tdx = IO == T_ANY ? TYPE_DX(J) : IO, tw = TYPE_W(J);
 
-	float wv[K][4], dwacc[K][4], xs[S][K][4], ds[S][K][4];
+	float wv[K][4], dwacc[K][4];
+	Chunk<IO> xs[S][K], ds[S][K];
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		const int c = t + k * T;
@@ -407,9 +516,10 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 		for (int q = 0; q < 4; q++) wv[k][q] = dwacc[k][q] = 0.0f;
 		if (doDX && c < nch) loadT<T_ANY>(J.w, c * 4, dim, vec, wv[k], tw);
 #pragma unroll
-		for (int i = 0; i < S; i++)
-#pragma unroll
-			for (int q = 0; q < 4; q++) xs[i][k][q] = ds[i][k][q] = 0.0f;
+		for (int i = 0; i < S; i++) {
+			xs[i][k].clear();
+			ds[i][k].clear();
+		}
 	}
 	// load fills slot i with row b (nothing past the group's last row).
 	auto load = [&](int i, int b) {
@@ -420,8 +530,8 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 			for (int k = 0; k < K; k++) {
 				const int c = t + k * T;
 				if (c < nch) {
-					loadT<IO>(xr, c * 4, dim, vec, xs[i][k], tx);
-					if (needDY) loadT<IO>(dyr, c * 4, dim, vec, ds[i][k], tdy);
+					xs[i][k].load(xr, c * 4, dim, vec, tx);
+					if (needDY) ds[i][k].load(dyr, c * 4, dim, vec, tdy);
 				}
 			}
 		}
@@ -438,9 +548,14 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 #pragma unroll
 					for (int k = 0; k < K; k++) {
 						const int c = t + k * T;
-						if (c < nch) accum(xs[i][k], ds[i][k], wv[k], c * 4, dim, vec, doR, doDX, ss, s);
+						if (c < nch) {
+							float xv[4], dv[4];
+							xs[i][k].get(xv);
+							ds[i][k].get(dv);
+							accum(xv, dv, wv[k], c * 4, dim, vec, doR, doDX, ss, s);
+						}
 					}
-					block_sum2<T>(ss, s, red, b & 1);
+					block_sum2(ss, s, red, b & 1);
 				}
 				if (doR) {
 					r = rms_inv(ss, dim, J.eps);
@@ -454,16 +569,19 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 					for (int k = 0; k < K; k++) {
 						const int c = t + k * T;
 						if (c < nch) {
+							float xv[4], dv[4];
+							xs[i][k].get(xv);
+							ds[i][k].get(dv);
 							if (doDX) {
 								float o[4];
-								dx4(xs[i][k], ds[i][k], wv[k], r, cc, o);
-								if (!FUSED && dim == 1) o[0] = dx_dim1(ds[i][k][0], wv[k][0], r, J.eps);
+								dx4(xv, dv, wv[k], r, cc, o);
+								if (!FUSED && dim == 1) o[0] = dx_dim1(dv[0], wv[k][0], r, J.eps);
 								storeT<IO>(at(J.dx, rowOf(b) * dim, tdx), c * 4, dim, vec, o, tdx);
 							}
 							if (doDW) {
 #pragma unroll
 								for (int q = 0; q < 4; q++)
-									dwacc[k][q] = __fmaf_rn(__fmul_rn(ds[i][k][q], xs[i][k][q]), r, dwacc[k][q]);
+									dwacc[k][q] = __fmaf_rn(__fmul_rn(dv[q], xv[q]), r, dwacc[k][q]);
 							}
 						}
 					}
@@ -473,22 +591,22 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 		}
 	}
 	if (doDW) {
-		float* part = J.part + (size_t)grp * dim;
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			const int c = t + k * T;
-			if (c < nch) store4(part, c * 4, dim, vec, dwacc[k]);
+			if (c < nch) store_dw(J, grp, c, dim, vec, dwacc[k]);
 		}
 	}
 }
 
 // The rows of one group for dims that are a multiple of 4, up to RMS_KMAX
-// chunks per thread: a ring of J.stages row slots (x and dy) in shared
-// memory filled by asynchronous copies, so stages-1 rows stay in flight
-// while the current one is reduced and written. The arithmetic is that of
-// rows_regs, chunk by chunk in the same order, so the bits are the same.
-// x and dy are F32 here (the host gives half inputs no slots); w and dx
-// may be of any dtype.
+// chunks per thread of 256: a ring of J.stages row slots (x and dy) in
+// shared memory filled by asynchronous copies, so stages-1 rows stay in
+// flight while the current one is reduced and written. The arithmetic is
+// that of rows_regs at 256 threads, chunk by chunk in the same order, so the
+// bits are the same. x and dy are F32 here (the host gives half inputs no
+// slots); w and dx may be of any dtype. Taken only when the host is asked
+// to (RMSGRAD_CUDA_STAGES), which also makes the block 256 threads.
 template <int K>
 __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm) {
 	const int dim = J.dim;
@@ -550,7 +668,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 					accum(xv, dv, wv, c * 4, dim, true, doR, doDX, ss, s);
 				}
 			}
-			block_sum2<RMS_THREADS>(ss, s, red, b & 1);
+			block_sum2(ss, s, red, b & 1);
 		}
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
@@ -583,21 +701,21 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 	}
 	cp_async_wait(0);
 	if (doDW) {
-		float* part = J.part + (size_t)grp * dim;
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			const int c = t + k * RMS_THREADS;
-			if (c < nch) store4(part, c * 4, dim, true, dwacc[k]);
+			if (c < nch) store_dw(J, grp, c, dim, true, dwacc[k]);
 		}
 	}
 }
 
-// The rows of one group for dims over 4 chunks per thread without slots: the same
-// arithmetic, re-reading x and dy, the dw accumulator living in the group's
-// partial row (only this thread touches these columns of this group). IO as
-// for rows_regs.
+// The rows of one group for dims over 4 chunks per thread without slots:
+// the same arithmetic, re-reading x and dy, the dw accumulator living in
+// the group's partial row (only this thread touches these columns of this
+// group). IO as for rows_regs; T = blockDim.x.
 template <int IO>
 __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
+	const int T = blockDim.x;
 	const int dim = J.dim;
 	const int nch = (dim + 3) >> 2;
 	const bool vec = (dim & 3) == 0;
@@ -617,7 +735,7 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		const void* dyr = needDY ? at(J.dy, rowOf(b) * dim, tdy) : nullptr;
 		float ss = 0.0f, s = 0.0f;
 		if (doR || doDX) {
-			for (int c = t; c < nch; c += RMS_THREADS) {
+			for (int c = t; c < nch; c += T) {
 				float x4[4], d4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 				loadT<IO>(xr, c * 4, dim, vec, x4, tx);
 				if (doDX) {
@@ -626,7 +744,7 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 				}
 				accum(x4, d4, w4, c * 4, dim, vec, doR, doDX, ss, s);
 			}
-			block_sum2<RMS_THREADS>(ss, s, red, b & 1);
+			block_sum2(ss, s, red, b & 1);
 		}
 		float r = 0.0f, cc = 0.0f;
 		if (doR) {
@@ -637,7 +755,7 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		}
 		if (!needDY) continue;
 		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
-		for (int c = t; c < nch; c += RMS_THREADS) {
+		for (int c = t; c < nch; c += T) {
 			float x4[4], d4[4];
 			loadT<IO>(xr, c * 4, dim, vec, x4, tx);
 			loadT<IO>(dyr, c * 4, dim, vec, d4, tdy);
@@ -661,23 +779,30 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 			}
 		}
 	}
+	if (doDW && J.g == 1) {
+		// One group: dw from the sums this thread kept in the partial row.
+		for (int c = t; c < nch; c += T) {
+			float a[4];
+			load4rw(part, c * 4, dim, vec, a);
+			store_dw(J, grp, c, dim, vec, a);
+		}
+	}
 }
 
-// rows_any runs one group of a general (256-thread) rows entry: the
-// register path up to 4 chunks per thread, streaming beyond, with x, dy
-// and dx of type IO.
+// rows_any runs one group of a general rows entry: the register path up to
+// 4 chunks per thread, streaming beyond, with x, dy and dx of type IO.
 template <int IO>
 __device__ __forceinline__ void rows_any(const Job& J, int grp, float (*red)[2][32], int K) {
 	switch (K) {
 	case 1:
-		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		rows_regs<1, 2, false, IO>(J, grp, red);
 		break;
 	case 2:
-		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		rows_regs<2, 2, false, IO>(J, grp, red);
 		break;
 	case 3:
 	case 4:
-		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), false, IO>(J, grp, red);
+		rows_regs<4, 2, false, IO>(J, grp, red);
 		break;
 	default:
 		// Over 4 chunks per thread: x and dy re-read, no register arrays.
@@ -685,20 +810,24 @@ __device__ __forceinline__ void rows_any(const Job& J, int grp, float (*red)[2][
 	}
 }
 
-// grid: (total groups of all jobs of the launch). bmap[blockIdx.x] is the
-// block's job; its group is blockIdx.x - jobs[j].start. 256 threads, two
-// blocks per multiprocessor: dims up to 4096 on the register path, and the
-// others (dims not a multiple of 4 over 4096, or over 8192) streaming.
-extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
+// The general rows kernel: any flags, any dtypes, any dim. grid: (total
+// groups of the launch's jobs); bmap[blockIdx.x] is the block's job, its
+// group blockIdx.x - jobs[j].start. The block size (up to 512) is the one
+// the host gives the job's dim, the same as the dim's fused class below, so
+// an RMSInv, DX and DW run apart give the bits of the fused pass.
+#define RMS_GEN_THREADS 512
+#if RMS_PART_IS(0)
+extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
     rms_norm_backward_rows_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
 	__shared__ float red[2][2][32];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int grp = blockIdx.x - J.start;
 	const int nch = (J.dim + 3) >> 2;
-	const int K = (nch + RMS_THREADS - 1) / RMS_THREADS;
+	const int K = (nch + blockDim.x - 1) / blockDim.x;
 	if (J.stages > 0) {
-		// dim % 4 == 0, K <= RMS_KMAX and x, dy F32 (the host sets stages
-		// only then, and only when RMSGRAD_CUDA_STAGES asks for this path).
+		// dim % 4 == 0, K <= RMS_KMAX, x and dy F32 and 256 threads (the
+		// host sets stages only then, and only when RMSGRAD_CUDA_STAGES
+		// asks for this path).
 		float* sm = reinterpret_cast<float*>(rms_dyn);
 		switch (K) {
 		case 1:
@@ -731,84 +860,108 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
 	}
 }
 
-// The wide rows kernel: 512 threads, one block per multiprocessor, for dims
-// that are a multiple of 4 from 4100 to 8192 (3 or 4 chunks per thread, the
-// row and w in registers: 128 registers, no spills). One 256-thread block
-// holding 8 chunks per thread spilled; two 512-thread blocks per SM left 64
-// registers and spilled too (docs/cuda.md, run 4).
-#define RMS_WIDE_THREADS 512
-extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
-    rms_norm_backward_rows512_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][32];
-	const Job J = jobs[bmap[blockIdx.x]];
-	const int grp = blockIdx.x - J.start;
-	switch (TYPE_IO(J)) {
-	case T_F32:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_F32>(J, grp, red);
-		break;
-	case T_BF16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_BF16>(J, grp, red);
-		break;
-	case T_F16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_F16>(J, grp, red);
-		break;
-	default:
-		rows_regs<RMS_WIDE_THREADS, 4, true, false, T_ANY>(J, grp, red);
+#endif
+// The fused kernels (every flag set, dim a multiple of 4, x, dy and dx of
+// one dtype), one per width class of the register path, compiled apart so
+// that the general path's register pressure does not make them spill.
+// Class c takes dims of up to RMS_Cc_NCH chunks with K chunks per thread,
+// blocks of T = 32*ceil(nch/K/32) threads (so the block fits the row: at
+// most 31 idle threads), and RMS_Cc_S rows in registers for F32,
+// RMS_Cc_SH for BF16 and F16 (a half row as loaded takes half the
+// registers: 2*S rows of halfs use the registers of S rows of F32). The
+// launch bounds (most threads, fewest blocks per SM) cap the registers at
+// what K*4*(2+2S) floats of row, w and dw plus about 30 need; the host
+// sizes the grid from each class's occupancy (cuda/geometry.go). Measured
+// on the H200 (docs/cuda.md): S=2 beat S=3 in c1, c2 and c4 (S=3 spilled in
+// c1), S=3 won in c0 for batches of small jobs; 3 half rows beat 4 in c1.
+// The S macros may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
+#ifndef RMS_C0_S
+#define RMS_C0_S 3
+#endif
+#ifndef RMS_C1_S
+#define RMS_C1_S 2
+#endif
+#ifndef RMS_C2_S
+#define RMS_C2_S 2
+#endif
+#ifndef RMS_C3_S
+#define RMS_C3_S 2
+#endif
+#ifndef RMS_C4_S
+#define RMS_C4_S 2
+#endif
+#ifndef RMS_C5_S
+#define RMS_C5_S 2
+#endif
+#ifndef RMS_C0_SH
+#define RMS_C0_SH 3
+#endif
+#ifndef RMS_C1_SH
+#define RMS_C1_SH 3
+#endif
+#ifndef RMS_C2_SH
+#define RMS_C2_SH 4
+#endif
+#ifndef RMS_C3_SH
+#define RMS_C3_SH 4
+#endif
+#ifndef RMS_C4_SH
+#define RMS_C4_SH 4
+#endif
+#ifndef RMS_C5_SH
+#define RMS_C5_SH 4
+#endif
+#define RMS_FUSED_CLASS(NAME, K, S, SH, MAXT, MINB)                                                    \
+	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                         \
+	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {                            \
+		__shared__ float red[2][2][32];                                                            \
+		const Job J = jobs[bmap[blockIdx.x]];                                                      \
+		const int grp = blockIdx.x - J.start;                                                      \
+		switch (TYPE_IO(J)) {                                                                      \
+		case T_BF16:                                                                               \
+			rows_regs<K, SH, true, T_BF16>(J, grp, red);                                       \
+			break;                                                                             \
+		case T_F16:                                                                                \
+			rows_regs<K, SH, true, T_F16>(J, grp, red);                                        \
+			break;                                                                             \
+		default:                                                                                   \
+			rows_regs<K, S, true, T_F32>(J, grp, red);                                         \
+		}                                                                                          \
 	}
-}
+// c0: dims up to 1024 (256 chunks), 1 chunk per thread.
+#if RMS_PART_IS(2)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, RMS_C0_SH, 256, 3)
+#endif
+// c1: up to 2048, 2 chunks per thread.
+#if RMS_PART_IS(3)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, RMS_C1_SH, 256, 3)
+#endif
+// c2: up to 3072, 3 chunks per thread.
+#if RMS_PART_IS(4)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, RMS_C2_SH, 256, 2)
+#endif
+// c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
+#if RMS_PART_IS(5)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, RMS_C3_SH, 256, 2)
+#endif
+// c4: up to 6144, 4 chunks per thread, one block of up to 384 per SM.
+// RMS_C4_K and RMS_C4_MAXT (with RMSGRAD_CUDA_C4_GEOM on the host) try
+// other splits of the row.
+#ifndef RMS_C4_K
+#define RMS_C4_K 4
+#endif
+#ifndef RMS_C4_MAXT
+#define RMS_C4_MAXT 384
+#endif
+#if RMS_PART_IS(6)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_SH, RMS_C4_MAXT, 1)
+#endif
+// c5: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
+#if RMS_PART_IS(7)
+RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, RMS_C5_SH, 512, 1)
+#endif
 
-// rows_fused runs one group of a fused entry on the 256-thread register
-// path, x, dy and dx of type IO.
-template <int IO>
-__device__ __forceinline__ void rows_fused(const Job& J, int grp, float (*red)[2][32]) {
-	const int nch = J.dim >> 2;
-	if (nch <= RMS_THREADS)
-		rows_regs<RMS_THREADS, 1, (1 <= RMS_PF_KMAX), true, IO>(J, grp, red);
-	else if (nch <= 2 * RMS_THREADS)
-		rows_regs<RMS_THREADS, 2, (2 <= RMS_PF_KMAX), true, IO>(J, grp, red);
-	else
-		rows_regs<RMS_THREADS, 4, (4 <= RMS_PF_KMAX), true, IO>(J, grp, red);
-}
-
-// The fused entries of the two register paths (every flag set, dim a
-// multiple of 4, up to 4096 and from 4100 to 8192, and x, dy and dx of one
-// dtype), compiled as kernels of their own so that the general paths'
-// register pressure does not make them spill. The host sends an entry here
-// only in that case.
-extern "C" __global__ void __launch_bounds__(RMS_THREADS, RMS_MIN_BLOCKS)
-    rms_norm_backward_rows_fused_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][32];
-	const Job J = jobs[bmap[blockIdx.x]];
-	const int grp = blockIdx.x - J.start;
-	switch (TYPE_IO(J)) {
-	case T_BF16:
-		rows_fused<T_BF16>(J, grp, red);
-		break;
-	case T_F16:
-		rows_fused<T_F16>(J, grp, red);
-		break;
-	default:
-		rows_fused<T_F32>(J, grp, red);
-	}
-}
-
-extern "C" __global__ void __launch_bounds__(RMS_WIDE_THREADS, 1)
-    rms_norm_backward_rows512_fused_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][32];
-	const Job J = jobs[bmap[blockIdx.x]];
-	const int grp = blockIdx.x - J.start;
-	switch (TYPE_IO(J)) {
-	case T_BF16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_BF16>(J, grp, red);
-		break;
-	case T_F16:
-		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_F16>(J, grp, red);
-		break;
-	default:
-		rows_regs<RMS_WIDE_THREADS, 4, true, true, T_F32>(J, grp, red);
-	}
-}
-
+#if RMS_PART_IS(1)
 // Reduce layout: a block sums RED_CH chunks of 4 columns over all G partials
 // with RED_SL slices; slice s adds partials s, s+RED_SL, ... in order, then
 // slice sums are added in slice order.
@@ -892,3 +1045,23 @@ extern "C" __global__ void rms_bench_add_f32(const float4* __restrict__ a, const
 		c[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
 	}
 }
+
+// Fills n elements of dtype dt at p with values in [lo, hi) from a hash of
+// the index and seed: benchmark inputs made on the device, never zeros
+// (cuda.TestBenchSweep).
+extern "C" __global__ void rms_bench_fill(void* p, long long n, int dt, unsigned seed, float lo, float hi) {
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		unsigned h = ((unsigned)i * 0x9E3779B1u) ^ ((unsigned)(i >> 32) * 0x7FEB352Du) ^ seed;
+		h ^= h >> 16;
+		h *= 0x85EBCA6Bu;
+		h ^= h >> 13;
+		h *= 0xC2B2AE35u;
+		h ^= h >> 16;
+		const float v = lo + (hi - lo) * ((float)(h >> 8) * (1.0f / 16777216.0f));
+		if (dt == T_F32)
+			((float*)p)[i] = v;
+		else
+			((unsigned short*)p)[i] = dt == T_BF16 ? f2bf(v) : f2h(v);
+	}
+}
+#endif

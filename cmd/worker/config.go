@@ -544,7 +544,7 @@ func printConfig(w io.Writer, c Config) error {
 		return err
 	}
 	if c.Procs == 0 {
-		fmt.Fprintf(w, "# procs 0: Go's default, GOMAXPROCS %d here\n", runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "# procs 0: Go's default, GOMAXPROCS %d here (%d with the cuda backend)\n", runtime.GOMAXPROCS(0), gpuHostProcs(runtime.GOMAXPROCS(0)))
 	}
 	fmt.Fprintln(w, "# secrets (values never printed):")
 	for _, name := range []string{"redis password", "s3 access key", "s3 secret key", "signing key"} {

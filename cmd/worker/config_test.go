@@ -225,3 +225,12 @@ func TestConfigSharedReads(t *testing.T) {
 		}
 	}
 }
+
+// procs 0 on the cuda backend: at most gpuHostMaxProcs, never 0.
+func TestGPUHostProcs(t *testing.T) {
+	for _, c := range []struct{ n, want int }{{1, 1}, {4, 4}, {8, 8}, {16, 8}, {128, 8}, {0, 1}} {
+		if got := gpuHostProcs(c.n); got != c.want {
+			t.Errorf("gpuHostProcs(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}

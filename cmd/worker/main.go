@@ -58,6 +58,14 @@ func setProcs(n int) int {
 	return runtime.GOMAXPROCS(0)
 }
 
+// gpuHostMaxProcs is the GOMAXPROCS a worker on the cuda backend runs with
+// when procs is 0 and the GOMAXPROCS variable is unset, on hosts with more
+// cores: measured on a 16-core H200 host (docs/operations.md, GPU hosts).
+const gpuHostMaxProcs = 8
+
+// gpuHostProcs is procs 0 on a GPU host with n CPUs usable.
+func gpuHostProcs(n int) int { return max(1, min(n, gpuHostMaxProcs)) }
+
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	cfg, printOnly, err := loadConfigTo(args, getenv, stdout, stderr)
 	if err != nil {
@@ -103,6 +111,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 		return err
 	}
 	defer be.Close()
+	if cfg.Procs == 0 && getenv("GOMAXPROCS") == "" && be.Name() == "cuda" {
+		// A GPU host: fewer Ps than cores (gpuHostProcs).
+		runtime.GOMAXPROCS(gpuHostProcs(runtime.GOMAXPROCS(0)))
+	}
 	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return err

@@ -1,0 +1,122 @@
+package cuda
+
+import "github.com/rmsgrad/rmsgrad/shaders"
+
+// fusedClass is one width class of the register path's fused kernels
+// (RMS_FUSED_CLASS in shaders/rms_norm_backward.cu): dims of up to maxNch
+// 4-element chunks, k chunks per thread, blocks of at most maxThreads, and
+// the launch bounds' fewest blocks per SM (which cap the registers).
+type fusedClass struct {
+	k, maxNch, maxThreads, minBlocks int
+}
+
+// fusedClasses are the .cu's classes c0..c5 (shaders.CUDARowsFusedKernels),
+// in order of width.
+var fusedClasses = [...]fusedClass{
+	{1, 256, 256, 3},  // c0: dims up to 1024
+	{2, 512, 256, 3},  // c1: up to 2048
+	{3, 768, 256, 2},  // c2: up to 3072
+	{4, 1024, 256, 2}, // c3: up to 4096
+	{4, 1536, 384, 1}, // c4: up to 6144
+	{4, 2048, 512, 1}, // c5: up to 8192
+}
+
+func init() {
+	if len(fusedClasses) != len(shaders.CUDARowsFusedKernels) {
+		panic("cuda: fusedClasses and shaders.CUDARowsFusedKernels differ in length")
+	}
+}
+
+// classOf returns the fused class of a dim and the block size of its rows
+// (the fused kernel's and the general kernel's alike): for a multiple of 4
+// up to 8192, the first class wide enough, with 32*ceil(nch/k/32) threads
+// (a block that fits the row: at most 31 threads without a chunk); else
+// class -1 and rowsThreads.
+func classOf(dim int) (class, threads int) {
+	if dim <= 0 || dim%4 != 0 {
+		return -1, rowsThreads
+	}
+	nch := dim / 4
+	for c, fc := range fusedClasses {
+		if nch <= fc.maxNch {
+			t := (nch + fc.k - 1) / fc.k
+			return c, (t + 31) / 32 * 32
+		}
+	}
+	return -1, rowsThreads
+}
+
+// estBlocksPerSM is how many blocks of a class's fused kernel fit on a
+// multiprocessor at the register cap its launch bounds set (65536
+// registers, 2048 threads, 32 blocks): a lower bound of the occupancy the
+// driver reports, used where the backend has no device (tests).
+func estBlocksPerSM(class, threads int) int {
+	fc := fusedClasses[class]
+	regs := 65536 / (fc.maxThreads * fc.minBlocks) / 8 * 8
+	perWarp := (regs*32 + 255) / 256 * 256
+	n := 65536 / (perWarp * (threads / 32))
+	return max(1, min(n, 2048/threads, 32))
+}
+
+// maxBlocksPerSM caps the blocks per SM of a class: more, smaller groups
+// only add dw partials.
+const maxBlocksPerSM = 8
+
+// blocksPerSM is how many blocks of threads threads of a fused class run on
+// one multiprocessor at once: the driver's occupancy of the compiled kernel
+// (measured at Open), or the estimate without one.
+func (b *Backend) blocksPerSM(class, threads int) int {
+	n := 0
+	if b.occ != nil {
+		n = b.occ[class][threads/32-1]
+	}
+	if n <= 0 {
+		n = estBlocksPerSM(class, threads)
+	}
+	return min(n, maxBlocksPerSM)
+}
+
+// smemReserve is shared memory per block left to the system and the
+// kernel's static arrays.
+const smemReserve = 1024
+
+// geometry picks, for a job of rows x dim, the block size, the fused class,
+// the rows per group and the group count (persistent blocks: as many as fit
+// on the device at once, at least minGroupElems elements each), and the
+// shared-memory row slots of rows_smem (0 but when RMSGRAD_CUDA_STAGES asks
+// for them). Dims that are a multiple of 4 up to 8192 take the register
+// path of their width class (classOf): each row and w in registers, S rows
+// at once, as many blocks per SM as the kernel's occupancy allows; the
+// others stream (256 threads, two blocks per SM). Measured on the H200:
+// docs/cuda.md.
+//
+// The block size depends only on dim and the groups only on rows, dim and
+// the device (its SM count and the compiled kernels' occupancy), so the
+// sums do too. RMSGRAD_CUDA_STAGES=n (read at Open) takes the
+// shared-memory path, 256 threads and two blocks per SM, for every multiple
+// of 4 up to 8192 with up to n slots; RMSGRAD_CUDA_BLOCKS_PER_SM forces the
+// blocks per SM and RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0:
+// none), for benchmark variants; RMSGRAD_CUDA_PDL=0 launches the dw
+// reduction the ordinary way.
+func (b *Backend) geometry(rows, dim int) geom {
+	sms := max(b.sms, 1)
+	var gm geom
+	gm.class, gm.threads = classOf(dim)
+	perSM := 2
+	smem := b.maxStages > 0 && b.smemOptin > 0 && dim%4 == 0 && dim/4 <= rowsThreads*8
+	switch {
+	case smem:
+		gm.class, gm.threads = -1, rowsThreads
+	case gm.class >= 0:
+		perSM = b.blocksPerSM(gm.class, gm.threads)
+	}
+	if b.perSM > 0 {
+		perSM = b.perSM
+	}
+	gm.rg, gm.g = groups(rows, dim, perSM*sms, b.rgAlign)
+	if smem {
+		perBlock := (int(b.smemOptin)+smemReserve)/perSM - 2*smemReserve
+		gm.stages = max(0, min(b.maxStages, perBlock/(8*dim), gm.rg))
+	}
+	return gm
+}
