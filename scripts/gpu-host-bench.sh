@@ -5,7 +5,7 @@
 #   scripts/gpu-host-bench.sh pack            # here: .devcarry/c.tar.xz (about 27 MB):
 #                                             # bin/{worker,bench} (CGO_ENABLED=0, stripped),
 #                                             # versitygw (pinned, CGO_ENABLED=0), redis-server
-#                                             # with its shared libraries and loader
+#                                             # and redis-cli with their shared libraries and loader
 #   scripts/gpu-host-bench.sh run OUT [bench flags]
 #                                             # there: unpack to /tmp/d, start bin/bench with
 #                                             # its servers from the pack; report in OUT
@@ -25,15 +25,22 @@ pack)
 	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$d/bin/" ./cmd/worker ./cmd/bench
 	GOBIN="$d/bin" CGO_ENABLED=0 go install -ldflags "-s -w" "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}"
 	rs=$(command -v redis-server)
+	rc=$(command -v redis-cli)
 	cp -L "$rs" "$d/bin/redis-server"
-	# The host's glibc may be older than ours: run redis-server through our
-	# own loader with our libraries.
-	for l in $(ldd "$rs" | awk '/=>/ {print $3} /ld-linux/ {print $1}'); do cp -L "$l" "$d/lib/"; done
-	cat >"$d/bin/redis-wrap" <<'W'
+	cp -L "$rc" "$d/bin/redis-cli"
+	# The host's glibc may be older than ours: run redis-server and
+	# redis-cli (bench -only cluster joins a Redis Cluster with it) through
+	# our own loader with our libraries.
+	for l in $(ldd "$rs" "$rc" | awk '/=>/ {print $3} /ld-linux/ {print $1}' | sort -u); do cp -L "$l" "$d/lib/"; done
+	for p in redis-server redis-cli; do
+		w=redis-wrap
+		[ "$p" = redis-cli ] && w=redis-cli-wrap
+		cat >"$d/bin/$w" <<W
 #!/bin/sh
-d=$(dirname "$(readlink -f "$0")")
-exec "$d/../lib/ld-linux-x86-64.so.2" --library-path "$d/../lib" "$d/redis-server" "$@"
+d=\$(dirname "\$(readlink -f "\$0")")
+exec "\$d/../lib/ld-linux-x86-64.so.2" --library-path "\$d/../lib" "\$d/$p" "\$@"
 W
+	done
 	for n in 2 4 8 16; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --procs %s "$@"\n' "$n" >"$d/bin/worker-procs$n"; done
 	for n in 32 128 256; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --concurrency %s "$@"\n' "$n" >"$d/bin/worker-conc$n"; done
 	chmod +x "$d/bin/"*
@@ -46,7 +53,7 @@ run)
 	shift 2
 	mkdir -p /tmp/d "$out"
 	tar -C /tmp/d -xJf .devcarry/c.tar.xz
-	export RMSGRAD_VERSITYGW=/tmp/d/bin/versitygw RMSGRAD_REDIS_SERVER=/tmp/d/bin/redis-wrap
+	export RMSGRAD_VERSITYGW=/tmp/d/bin/versitygw RMSGRAD_REDIS_SERVER=/tmp/d/bin/redis-wrap RMSGRAD_REDIS_CLI=/tmp/d/bin/redis-cli-wrap
 	nproc
 	nvidia-smi -L 2>/dev/null || true
 	/tmp/d/bin/bench -out "$out" -worker /tmp/d/bin/worker "$@"
