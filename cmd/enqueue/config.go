@@ -21,7 +21,6 @@ import (
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
-
 // config is the CLI's connection settings. Precedence: flags, then
 // environment, then the YAML file (--config, default configs/enqueue.yaml
 // when present), then defaults. A dev worker's state file (internal/devstate)
