@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rmsgrad/rmsgrad/internal/redisconf"
+	"github.com/rmsgrad/rmsgrad/internal/secret"
 )
 
 // Config is the gateway's configuration: configs/gateway.yaml documents
@@ -250,22 +251,9 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 // loadSecrets reads each secret from its variable, else from its file.
 func loadSecrets(cfg *Config, getenv func(string) string) error {
 	s := &cfg.secrets
-	s.from = map[string]string{}
-	get := func(name, env, file, fileKey string) (string, error) {
-		if v := getenv(env); v != "" {
-			s.from[name] = "env " + env
-			return v, nil
-		}
-		if file == "" {
-			return "", nil
-		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("config: %s: %w", fileKey, err)
-		}
-		s.from[name] = fileKey + " " + file
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
+	src := secret.NewSource(getenv)
+	s.from = src.From
+	get := src.Get
 	var err error
 	if s.RedisPassword, err = get("redis password", "RMSGRAD_REDIS_PASSWORD", cfg.Redis.PasswordFile, "redis.password_file"); err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/internal/devstate"
 	"github.com/rmsgrad/rmsgrad/internal/redisconf"
+	"github.com/rmsgrad/rmsgrad/internal/secret"
 	"github.com/rmsgrad/rmsgrad/jobs"
 	"github.com/rmsgrad/rmsgrad/storage/s3"
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
@@ -361,22 +362,9 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 // loadSecrets reads each secret from its variable, else from its file.
 func loadSecrets(cfg *Config, getenv func(string) string) error {
 	s := &cfg.secrets
-	s.from = map[string]string{}
-	get := func(name, env, file, fileKey string) (string, error) {
-		if v := getenv(env); v != "" {
-			s.from[name] = "env " + env
-			return v, nil
-		}
-		if file == "" {
-			return "", nil
-		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("config: %s: %w", fileKey, err)
-		}
-		s.from[name] = fileKey + " " + file
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
+	src := secret.NewSource(getenv)
+	s.from = src.From
+	get := src.Get
 	var err error
 	if s.RedisPassword, err = get("redis password", "RMSGRAD_REDIS_PASSWORD", cfg.Redis.PasswordFile, "redis.password_file"); err != nil {
 		return err
