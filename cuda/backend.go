@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -78,6 +79,8 @@ type Backend struct {
 	hold time.Duration
 	// CompileTime is how long NVRTC took at Open.
 	compile time.Duration
+	// selfCheckTime is how long Open's self-check took (0: skipped).
+	selfCheckTime time.Duration
 }
 
 // mem is one pooled allocation: pinned host memory and device memory of the
@@ -149,17 +152,6 @@ func open() (*Backend, error) {
 		b.rgAlign = v
 	}
 	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
-	if v := os.Getenv("RMSGRAD_CUDA_C4_GEOM"); v != "" {
-		// A benchmark variant of class c4 ("k,maxThreads"), compiled with
-		// -DRMS_C4_K and -DRMS_C4_MAXT to match (RMSGRAD_CUDA_NVRTC_OPTS).
-		k, t, _ := strings.Cut(v, ",")
-		kk, err1 := strconv.Atoi(k)
-		tt, err2 := strconv.Atoi(t)
-		if err1 != nil || err2 != nil || kk < 1 || kk > 4 || tt < 32 || tt > 1024 || tt%32 != 0 || kk*tt < 4*384 {
-			return nil, fmt.Errorf("cuda: RMSGRAD_CUDA_C4_GEOM %q: want k,maxThreads covering 1536 chunks: %w", v, compute.ErrInvalidArgument)
-		}
-		fusedClasses[4].k, fusedClasses[4].maxThreads = kk, tt
-	}
 	b.mapMax = defaultMapMax
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAP_BYTES")); err == nil && v >= 0 {
 		b.mapMax = v
@@ -222,13 +214,22 @@ func open() (*Backend, error) {
 			}
 		}
 	}
+	// Classes that keep w and the dw sums in shared memory may need more
+	// than the default 48 KiB of it (c7: 64 KiB at 8192).
+	for c, fc := range fusedClasses {
+		if n := fc.wsBytes(fc.maxThreads); n > 0 {
+			if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+shaders.CUDARowsFusedKernels[c]+")", d.cuFuncSetAttribute(b.fnRows[kFused0+c], funcAttrMaxDynSmem, int32(n))); err != nil {
+				return nil, err
+			}
+		}
+	}
 	// Occupancy of each fused class at every block size it may run with.
 	b.occ = make([][]int, len(fusedClasses))
 	for c, fc := range fusedClasses {
 		b.occ[c] = make([]int, fc.maxThreads/32)
 		for i := range b.occ[c] {
 			var n int32
-			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), 0)); err != nil {
+			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), uintptr(fc.wsBytes(32*(i+1))))); err != nil {
 				return nil, err
 			}
 			b.occ[c][i] = int(n)
@@ -246,6 +247,9 @@ func open() (*Backend, error) {
 		if err := d.check("cuEventCreate", d.cuEventCreate(e, eventDefault)); err != nil {
 			return nil, err
 		}
+	}
+	if err := b.selfCheck(context.Background()); err != nil {
+		return nil, err
 	}
 	ok = true
 	return b, nil
@@ -443,6 +447,10 @@ func (b *Backend) DeviceName() string { return b.device }
 // CompileTime is how long Open took to get the kernels: NVRTC's compile, or
 // reading them from the cache (cubinCacheDir) or this process's first Open.
 func (b *Backend) CompileTime() time.Duration { return b.compile }
+
+// SelfCheckTime is how long Open's self-check took (0 when
+// RMSGRAD_CUDA_SELFCHECK=0 skipped it).
+func (b *Backend) SelfCheckTime() time.Duration { return b.selfCheckTime }
 
 // bind makes the backend's context current on this goroutine's OS thread;
 // call the returned func to unlock the thread.

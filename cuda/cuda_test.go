@@ -38,7 +38,7 @@ func TestOpen(t *testing.T) {
 	if b.Name() != "cuda" {
 		t.Errorf("Name() = %q, want cuda", b.Name())
 	}
-	t.Logf("device %s, %d SMs, NVRTC compile %v", b.DeviceName(), b.sms, b.CompileTime())
+	t.Logf("device %s, %d SMs, NVRTC compile %v, self-check %v", b.DeviceName(), b.sms, b.CompileTime(), b.SelfCheckTime())
 	// Registers, local memory (spills) and occupancy of the rows kernels.
 	for k, fn := range b.fnRows {
 		var regs, local int32

@@ -3,22 +3,29 @@ package cuda
 import "github.com/rmsgrad/rmsgrad/shaders"
 
 // fusedClass is one width class of the register path's fused kernels
-// (RMS_FUSED_CLASS in shaders/rms_norm_backward.cu): dims of up to maxNch
-// 4-element chunks, k chunks per thread, blocks of at most maxThreads, and
-// the launch bounds' fewest blocks per SM (which cap the registers).
+// (RMS_FUSED_F32 and RMS_FUSED_HALF in shaders/rms_norm_backward.cu): rows
+// in chunks of cw elements (4 for F32 x, 8 for BF16 and F16 x: rowsCW),
+// dims of up to maxNch chunks, k chunks per thread, blocks of at most
+// maxThreads, and the launch bounds' fewest blocks per SM (which cap the
+// registers); ws: w and the dw sums in shared memory (8*dim bytes a
+// block).
 type fusedClass struct {
-	k, maxNch, maxThreads, minBlocks int
+	cw, k, maxNch, maxThreads, minBlocks int
+	ws                                   bool
 }
 
-// fusedClasses are the .cu's classes c0..c5 (shaders.CUDARowsFusedKernels),
-// in order of width.
+// fusedClasses are the .cu's classes c0..c8 (shaders.CUDARowsFusedKernels),
+// in order of chunk width, then width.
 var fusedClasses = [...]fusedClass{
-	{1, 256, 256, 3},  // c0: dims up to 1024
-	{2, 512, 256, 3},  // c1: up to 2048
-	{3, 768, 256, 2},  // c2: up to 3072
-	{4, 1024, 256, 2}, // c3: up to 4096
-	{4, 1536, 384, 1}, // c4: up to 6144
-	{4, 2048, 512, 1}, // c5: up to 8192
+	{4, 1, 256, 256, 3, false},  // c0: F32 dims up to 1024
+	{4, 2, 512, 256, 3, false},  // c1: up to 2048
+	{4, 3, 768, 256, 2, false},  // c2: up to 3072
+	{4, 4, 1024, 256, 2, false}, // c3: up to 4096
+	{4, 4, 1280, 320, 2, true},  // c4: up to 5120, w and dw in shared memory
+	{4, 4, 1536, 384, 1, false}, // c5: up to 6144
+	{4, 4, 2048, 512, 1, false}, // c6: up to 8192
+	{8, 1, 256, 256, 3, false},  // c7: BF16 and F16 dims up to 2048
+	{8, 4, 1024, 256, 2, true},  // c8: up to 8192, w and dw in shared memory
 }
 
 func init() {
@@ -27,18 +34,28 @@ func init() {
 	}
 }
 
-// classOf returns the fused class of a dim and the block size of its rows
-// (the fused kernel's and the general kernel's alike): for a multiple of 4
-// up to 8192, the first class wide enough, with 32*ceil(nch/k/32) threads
-// (a block that fits the row: at most 31 threads without a chunk); else
-// class -1 and rowsThreads.
-func classOf(dim int) (class, threads int) {
-	if dim <= 0 || dim%4 != 0 {
+// rowsCW is the chunk width of rows whose x has dtype code tx: 8 elements
+// for BF16 and F16 (16-byte loads), 4 for F32 (the .cu's rows_cw).
+func rowsCW(tx int32) int {
+	if tx == typeF32 {
+		return 4
+	}
+	return 8
+}
+
+// classOf returns the fused class of a dim with chunks of cw elements and
+// the block size of its rows (the fused kernel's and the general kernel's
+// alike): for a multiple of cw up to 8192, the first class of that chunk
+// width wide enough, with 32*ceil(nch/k/32) threads (a block that fits the
+// row: at most 31 threads without a chunk); else class -1 and
+// rowsThreads.
+func classOf(dim, cw int) (class, threads int) {
+	if dim <= 0 || dim%cw != 0 {
 		return -1, rowsThreads
 	}
-	nch := dim / 4
+	nch := dim / cw
 	for c, fc := range fusedClasses {
-		if nch <= fc.maxNch {
+		if fc.cw == cw && nch <= fc.maxNch {
 			t := (nch + fc.k - 1) / fc.k
 			return c, (t + 31) / 32 * 32
 		}
@@ -56,6 +73,15 @@ func estBlocksPerSM(class, threads int) int {
 	perWarp := (regs*32 + 255) / 256 * 256
 	n := 65536 / (perWarp * (threads / 32))
 	return max(1, min(n, 2048/threads, 32))
+}
+
+// wsBytes is the shared memory a block of threads threads of a ws class
+// needs at most (8*dim bytes, dim at most cw*k*threads); 0 for the others.
+func (fc fusedClass) wsBytes(threads int) int {
+	if !fc.ws {
+		return 0
+	}
+	return 8 * fc.cw * fc.k * threads
 }
 
 // maxBlocksPerSM caps the blocks per SM of a class: more, smaller groups
@@ -80,30 +106,31 @@ func (b *Backend) blocksPerSM(class, threads int) int {
 // kernel's static arrays.
 const smemReserve = 1024
 
-// geometry picks, for a job of rows x dim, the block size, the fused class,
-// the rows per group and the group count (persistent blocks: as many as fit
-// on the device at once, at least minGroupElems elements each), and the
-// shared-memory row slots of rows_smem (0 but when RMSGRAD_CUDA_STAGES asks
-// for them). Dims that are a multiple of 4 up to 8192 take the register
-// path of their width class (classOf): each row and w in registers, S rows
+// geometry picks, for a job of rows x dim in chunks of cw elements
+// (rowsCW), the block size, the fused class, the rows per group and the
+// group count (persistent blocks: as many as fit on the device at once, at
+// least minGroupElems elements each), and the shared-memory row slots of
+// rows_smem (0 but when RMSGRAD_CUDA_STAGES asks for them). Dims that are a
+// multiple of cw up to 8192 take the register path of their width class
+// (classOf): each row and w in registers (or w in shared memory), S rows
 // at once, as many blocks per SM as the kernel's occupancy allows; the
 // others stream (256 threads, two blocks per SM). Measured on the H200:
 // docs/cuda.md.
 //
-// The block size depends only on dim and the groups only on rows, dim and
-// the device (its SM count and the compiled kernels' occupancy), so the
-// sums do too. RMSGRAD_CUDA_STAGES=n (read at Open) takes the
-// shared-memory path, 256 threads and two blocks per SM, for every multiple
-// of 4 up to 8192 with up to n slots; RMSGRAD_CUDA_BLOCKS_PER_SM forces the
+// The block size depends only on dim and cw and the groups only on rows,
+// dim, cw and the device (its SM count and the compiled kernels'
+// occupancy), so the sums do too. RMSGRAD_CUDA_STAGES=n (read at Open)
+// takes the shared-memory path, 256 threads and two blocks per SM, for
+// every F32 multiple of 4 up to 8192 with up to n slots; RMSGRAD_CUDA_BLOCKS_PER_SM forces the
 // blocks per SM and RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0:
 // none), for benchmark variants; RMSGRAD_CUDA_PDL=0 launches the dw
 // reduction the ordinary way.
-func (b *Backend) geometry(rows, dim int) geom {
+func (b *Backend) geometry(rows, dim, cw int) geom {
 	sms := max(b.sms, 1)
 	var gm geom
-	gm.class, gm.threads = classOf(dim)
+	gm.class, gm.threads = classOf(dim, cw)
 	perSM := 2
-	smem := b.maxStages > 0 && b.smemOptin > 0 && dim%4 == 0 && dim/4 <= rowsThreads*8
+	smem := cw == 4 && b.maxStages > 0 && b.smemOptin > 0 && dim%4 == 0 && dim/4 <= rowsThreads*8
 	switch {
 	case smem:
 		gm.class, gm.threads = -1, rowsThreads

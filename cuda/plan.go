@@ -101,8 +101,15 @@ func (e *entry) kernel() int {
 	return kRows
 }
 
-// smemBytes is the dynamic shared memory the entry's blocks use.
-func (e *entry) smemBytes() int { return e.stages * 8 * e.dim }
+// smemBytes is the dynamic shared memory the entry's blocks use: the
+// general kernel's row slots, or w and the dw sums of a fused class that
+// keeps them there.
+func (e *entry) smemBytes() int {
+	if k := e.kernel(); k >= kFused0 && fusedClasses[k-kFused0].ws {
+		return 8 * e.dim
+	}
+	return e.stages * 8 * e.dim
+}
 
 // geom is where a job's rows run: rows per group and groups (blocks),
 // shared-memory row slots (rows_smem; 0: registers or streaming), the
@@ -111,11 +118,12 @@ type geom struct {
 	rg, g, stages, threads, class int
 }
 
-// geomFunc gives a job's geometry. It must depend only on rows, dim and
-// the device, so the dw summation order is fixed per shape; the block size
-// must depend on dim alone, so the row sums of an RMSInv, a DX and a DW of
-// the same shape run in the same order.
-type geomFunc func(rows, dim int) geom
+// geomFunc gives a job's geometry for rows in chunks of cw elements
+// (rowsCW of x's dtype). It must depend only on rows, dim, cw and the
+// device, so the dw summation order is fixed per shape; the block size
+// must depend on dim and cw alone, so the row sums of an RMSInv, a DX and a
+// DW of the same job run in the same order.
+type geomFunc func(rows, dim, cw int) geom
 
 func (e *entry) flags() int32 {
 	var f int32
@@ -137,7 +145,7 @@ func (e *entry) flags() int32 {
 // place sets the entry's geometry from geom, with no shared-memory slots
 // for half x or dy.
 func (e *entry) place(geom geomFunc) {
-	e.geom = geom(e.rows, e.dim)
+	e.geom = geom(e.rows, e.dim, rowsCW(typeCode(e.x)))
 	if e.halfXY() {
 		e.stages = 0
 	}

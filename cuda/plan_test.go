@@ -237,42 +237,53 @@ func TestGroups(t *testing.T) {
 // fixedGeom splits rows into at most gmax groups and uses the register
 // path of the dim's class.
 func fixedGeom(gmax int) geomFunc {
-	return func(rows, dim int) geom {
+	return func(rows, dim, cw int) geom {
 		var gm geom
-		gm.class, gm.threads = classOf(dim)
+		gm.class, gm.threads = classOf(dim, cw)
 		gm.rg, gm.g = groups(rows, dim, gmax, 0)
 		return gm
 	}
 }
 
-// Every multiple of 4 up to 8192 has a fused class whose block fits its
-// rows: a multiple of 32 threads, at most the class's, k chunks each
-// covering the row with fewer than 32 threads idle. The others have none
-// and 256 threads.
+// Every multiple of the chunk width (4 for F32 rows, 8 for half rows) up to
+// 8192 has a fused class of that width whose block fits its rows: a
+// multiple of 32 threads, at most the class's, k chunks each covering the
+// row with fewer than 32 threads idle. The others have none and 256
+// threads.
 func TestClassOf(t *testing.T) {
-	prev := 0
-	for dim := 4; dim <= 8192; dim += 4 {
-		c, th := classOf(dim)
-		if c < 0 {
-			t.Fatalf("dim %d: no fused class", dim)
+	for _, cw := range []int{4, 8} {
+		prev := 0
+		for dim := cw; dim <= 8192; dim += cw {
+			c, th := classOf(dim, cw)
+			if c < 0 {
+				t.Fatalf("cw %d dim %d: no fused class", cw, dim)
+			}
+			fc, nch := fusedClasses[c], dim/cw
+			if fc.cw != cw || th%32 != 0 || th > fc.maxThreads || th*fc.k < nch || (th-32)*fc.k >= nch || nch > fc.maxNch || c < prev {
+				t.Fatalf("cw %d dim %d: class %d (%+v), %d threads", cw, dim, c, fc, th)
+			}
+			if fc.ws && fc.wsBytes(th) < 8*dim {
+				t.Fatalf("cw %d dim %d: class %d reserves %d bytes of shared memory for %d", cw, dim, c, fc.wsBytes(th), 8*dim)
+			}
+			prev = c
 		}
-		fc, nch := fusedClasses[c], dim/4
-		if th%32 != 0 || th > fc.maxThreads || th*fc.k < nch || (th-32)*fc.k >= nch || nch > fc.maxNch || c < prev {
-			t.Fatalf("dim %d: class %d (%+v), %d threads", dim, c, fc, th)
+		for _, dim := range []int{1, 3, 257, 4097, 8196, 9000, 16384, 8200} {
+			if c, th := classOf(dim, cw); c != -1 || th != rowsThreads {
+				t.Errorf("cw %d dim %d: class %d, %d threads; want -1, %d", cw, dim, c, th, rowsThreads)
+			}
 		}
-		prev = c
 	}
-	for _, dim := range []int{1, 3, 257, 4097, 8196, 9000, 16384} {
-		if c, th := classOf(dim); c != -1 || th != rowsThreads {
-			t.Errorf("dim %d: class %d, %d threads; want -1, %d", dim, c, th, rowsThreads)
-		}
+	if c, _ := classOf(1028, 8); c != -1 {
+		t.Errorf("cw 8 dim 1028 (not a multiple of 8): class %d; want -1", c)
 	}
-	for _, c := range []struct{ dim, class, threads int }{
-		{1024, 0, 256}, {768, 0, 192}, {1152, 1, 160}, {2048, 1, 256}, {2560, 2, 224}, {3072, 2, 256},
-		{3584, 3, 224}, {4096, 3, 256}, {5120, 4, 320}, {6144, 4, 384}, {7168, 5, 448}, {8192, 5, 512},
+	for _, c := range []struct{ dim, cw, class, threads int }{
+		{1024, 4, 0, 256}, {768, 4, 0, 192}, {1152, 4, 1, 160}, {2048, 4, 1, 256}, {2560, 4, 2, 224}, {3072, 4, 2, 256},
+		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {5120, 4, 4, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
+		{6272, 4, 6, 416}, {7168, 4, 6, 448}, {8192, 4, 6, 512},
+		{1024, 8, 7, 128}, {2048, 8, 7, 256}, {2176, 8, 8, 96}, {4096, 8, 8, 128}, {5120, 8, 8, 160}, {8192, 8, 8, 256},
 	} {
-		if cl, th := classOf(c.dim); cl != c.class || th != c.threads {
-			t.Errorf("classOf(%d) = %d, %d; want %d, %d", c.dim, cl, th, c.class, c.threads)
+		if cl, th := classOf(c.dim, c.cw); cl != c.class || th != c.threads {
+			t.Errorf("classOf(%d, %d) = %d, %d; want %d, %d", c.dim, c.cw, cl, th, c.class, c.threads)
 		}
 	}
 }
@@ -288,31 +299,38 @@ func TestGeometry(t *testing.T) {
 	for _, c := range []struct {
 		maxStages, rows, dim int
 		want                 geom
+		cw                   int // 0: 4
 	}{
-		{0, 16384, 4096, geom{rg: 63, g: 261, threads: 256, class: 3}},
-		{0, 32768, 8192, geom{rg: 249, g: 132, threads: 512, class: 5}},
-		{0, 4096, 4096, geom{rg: 16, g: 256, threads: 256, class: 3}},
-		{0, 16384, 5120, geom{rg: 125, g: 132, threads: 320, class: 4}},
-		{0, 16384, 6144, geom{rg: 125, g: 132, threads: 384, class: 4}},
-		{0, 16384, 7168, geom{rg: 125, g: 132, threads: 448, class: 5}},
-		{0, 16384, 1024, geom{rg: 42, g: 391, threads: 256, class: 0}},
-		{0, 16384, 1152, geom{rg: 25, g: 656, threads: 160, class: 1}},
-		{0, 16384, 2560, geom{rg: 63, g: 261, threads: 224, class: 2}},
-		{0, 100000, 1024, geom{rg: 253, g: 396, threads: 256, class: 0}},
-		{0, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}},
-		{0, 8, 1024, geom{rg: 8, g: 1, threads: 256, class: 0}},
-		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}},
-		{0, 7, 4097, geom{rg: 2, g: 4, threads: 256, class: -1}},
-		{4, 16384, 4096, geom{rg: 63, g: 261, stages: 3, threads: 256, class: -1}},
-		{4, 32768, 8192, geom{rg: 125, g: 263, stages: 1, threads: 256, class: -1}},
-		{4, 16384, 5120, geom{rg: 63, g: 261, stages: 2, threads: 256, class: -1}},
-		{4, 8, 1024, geom{rg: 8, g: 1, stages: 4, threads: 256, class: -1}},
-		{4, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}},
-		{4, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}},
-		{2, 4096, 4096, geom{rg: 16, g: 256, stages: 2, threads: 256, class: -1}},
+		{0, 16384, 4096, geom{rg: 63, g: 261, threads: 256, class: 3}, 0},
+		{0, 32768, 8192, geom{rg: 249, g: 132, threads: 512, class: 6}, 0},
+		{0, 4096, 4096, geom{rg: 16, g: 256, threads: 256, class: 3}, 0},
+		{0, 16384, 5120, geom{rg: 63, g: 261, threads: 320, class: 4}, 0},
+		{0, 16384, 6144, geom{rg: 125, g: 132, threads: 384, class: 5}, 0},
+		{0, 16384, 7168, geom{rg: 125, g: 132, threads: 448, class: 6}, 0},
+		{0, 16384, 1024, geom{rg: 42, g: 391, threads: 256, class: 0}, 0},
+		{0, 16384, 1152, geom{rg: 25, g: 656, threads: 160, class: 1}, 0},
+		{0, 16384, 2560, geom{rg: 63, g: 261, threads: 224, class: 2}, 0},
+		{0, 100000, 1024, geom{rg: 253, g: 396, threads: 256, class: 0}, 0},
+		{0, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}, 0},
+		{0, 8, 1024, geom{rg: 8, g: 1, threads: 256, class: 0}, 0},
+		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 0},
+		{0, 7, 4097, geom{rg: 2, g: 4, threads: 256, class: -1}, 0},
+		{4, 16384, 4096, geom{rg: 63, g: 261, stages: 3, threads: 256, class: -1}, 0},
+		{4, 32768, 8192, geom{rg: 125, g: 263, stages: 1, threads: 256, class: -1}, 0},
+		{4, 16384, 5120, geom{rg: 63, g: 261, stages: 2, threads: 256, class: -1}, 0},
+		{4, 8, 1024, geom{rg: 8, g: 1, stages: 4, threads: 256, class: -1}, 0},
+		{4, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}, 0},
+		{4, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 0},
+		{2, 4096, 4096, geom{rg: 16, g: 256, stages: 2, threads: 256, class: -1}, 0},
+		// Half rows (chunks of 8): classes c7 and c8, never slots.
+		{0, 16384, 4096, geom{rg: 32, g: 512, threads: 128, class: 8}, 8},
+		{0, 32768, 8192, geom{rg: 125, g: 263, threads: 256, class: 8}, 8},
+		{0, 16384, 1024, geom{rg: 21, g: 781, threads: 128, class: 7}, 8},
+		{4, 16384, 4096, geom{rg: 32, g: 512, threads: 128, class: 8}, 8},
+		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 8},
 	} {
 		b := &Backend{sms: 132, smemOptin: 232448, maxStages: c.maxStages}
-		got := b.geometry(c.rows, c.dim)
+		got := b.geometry(c.rows, c.dim, max(c.cw, 4))
 		if got != c.want {
 			t.Errorf("stages<=%d: geometry(%d, %d) = %+v; want %+v", c.maxStages, c.rows, c.dim, got, c.want)
 		}
@@ -329,7 +347,7 @@ func TestGeometry(t *testing.T) {
 			b.occ[c][i] = 4
 		}
 	}
-	if got := b.geometry(16384, 1024); got.g != 512 || got.rg != 32 {
+	if got := b.geometry(16384, 1024, 4); got.g != 512 || got.rg != 32 {
 		t.Errorf("occupancy 4: geometry(16384, 1024) = %+v; want 512 groups of 32", got)
 	}
 }
@@ -371,19 +389,22 @@ func TestPlanDTypes(t *testing.T) {
 		}
 		return b
 	}
-	const rows, dim = 64, 5120 // fused class c4 (320 threads)
+	// F32 rows: fused class c4 (320 threads); half x: chunks of 8, class c8
+	// (160 threads), never slots.
+	const rows, dim = 64, 5120
 	for _, c := range []struct {
 		name                 string
 		x, w, dy, dx, dw     compute.DType
 		types                int32
 		kernel, stages       int
 		smemKernel, smemStag int // with RMSGRAD_CUDA_STAGES=4
+		threads, smemThreads int
 	}{
-		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 1},
-		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kFused0 + 4, 0, kRows, 0},
-		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kFused0 + 4, 0, kRows, 0},
-		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0, kRows, 0},
-		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 1},
+		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 1, 320, 256},
+		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kFused0 + 8, 0, kFused0 + 8, 0, 160, 160},
+		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kFused0 + 8, 0, kFused0 + 8, 0, 160, 160},
+		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0, kRows, 0, 160, 160},
+		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 1, 320, 256},
 	} {
 		x, w, dy, r, dx, dw := alloc(c.x, rows, dim), alloc(c.w, dim), alloc(c.dy, rows, dim), alloc(compute.F32, rows), alloc(c.dx, rows, dim), alloc(c.dw, dim)
 		ops := record(t, f, func(cb *compute.CommandBuffer) error {
@@ -403,9 +424,9 @@ func TestPlanDTypes(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := p.phases[1][0]
-			k, st, th := c.kernel, c.stages, 320
+			k, st, th := c.kernel, c.stages, c.threads
 			if maxStages > 0 {
-				k, st, th = c.smemKernel, c.smemStag, 256
+				k, st, th = c.smemKernel, c.smemStag, c.smemThreads
 			}
 			if e.types() != c.types || e.kernel() != k || e.stages != st || e.threads != th {
 				t.Errorf("%s, stages<=%d: types %#x, kernel %d, stages %d, %d threads; want %#x, %d, %d, %d",
@@ -417,7 +438,7 @@ func TestPlanDTypes(t *testing.T) {
 	for _, c := range []struct {
 		x, dy, dx compute.DType
 		kernel    int
-	}{{compute.BF16, compute.BF16, compute.BF16, kFused0 + 3}, {compute.F16, compute.F16, compute.F16, kFused0 + 3},
+	}{{compute.BF16, compute.BF16, compute.BF16, kFused0 + 8}, {compute.F16, compute.F16, compute.F16, kFused0 + 8},
 		{compute.BF16, compute.BF16, compute.F32, kRows}, {compute.F16, compute.BF16, compute.F16, kRows}} {
 		x, w, dy, r, dx, dw := alloc(c.x, 8, 4096), alloc(compute.F32, 4096), alloc(c.dy, 8, 4096), alloc(compute.F32, 8), alloc(c.dx, 8, 4096), alloc(compute.F32, 4096)
 		ops := record(t, f, func(cb *compute.CommandBuffer) error {
@@ -502,7 +523,7 @@ func TestKernelParts(t *testing.T) {
 			}
 			seen[name] = true
 			def := -1
-			for _, pat := range []string{" " + name + "(", "RMS_FUSED_CLASS(" + name + ","} {
+			for _, pat := range []string{" " + name + "(", "RMS_FUSED_F32(" + name + ",", "RMS_FUSED_HALF(" + name + ","} {
 				if i := strings.Index(src, pat); i >= 0 && (def < 0 || i < def) {
 					// The definition, not a mention in a comment.
 					if ls := strings.LastIndex(src[:i], "\n"); !strings.HasPrefix(strings.TrimSpace(src[ls+1:i+1]), "//") {

@@ -179,7 +179,7 @@ func TestBenchSweep(t *testing.T) {
 			b.freeDev(x, dy, dx, w, dw, r)
 			bytes := int64(3*dt.Size()*rows*dim + 2*dt.Size()*dim)
 			cp, _ := b.ceilings(t, bytes, 16, reps)
-			gm := b.geometry(rows, dim)
+			gm := b.geometry(rows, dim, rowsCW(typeCode(x)))
 			// A 64-row job of this dim and dtype through Execute, checked.
 			mix := computetest.Mix{X: dt, W: dt, DY: dt, DX: dt, DW: dt}
 			j := computetest.NewJob(uint64(7*dim+len(dt)), 64, dim).WithMix(mix)

@@ -17,8 +17,9 @@ const CUDAFile = "rms_norm_backward.cu"
 // Entry points of CUDASource. The three compute kernels (rms_inv, dx, dw) are
 // flag sets of CUDARowsKernel (the general path, blocks of up to 512
 // threads) over a job table; CUDARowsFusedKernels run the common case (r, dx
-// and dw in one pass, dim a multiple of 4 up to 8192, x, dy and dx of one
-// dtype), one kernel per width class of the register path (c0..c5);
+// and dw in one pass, dim a multiple of the chunk width up to 8192, x, dy
+// and dx of one dtype), one kernel per width class of the register path
+// (c0..c6 F32, c7 and c8 BF16 and F16);
 // CUDAReduceKernel sums the dw partials; CUDAAddKernel is the c = a + b copy
 // ceiling of the benchmarks, CUDASpinKernel their blocking kernel and
 // CUDAFillKernel their input generator.
@@ -31,7 +32,7 @@ const (
 )
 
 // CUDARowsFusedKernels are the fused kernels of the register path's width
-// classes c0..c5 (cuda/geometry.go has their geometry).
+// classes c0..c8 (cuda/geometry.go has their geometry).
 var CUDARowsFusedKernels = [...]string{
 	"rms_norm_backward_rows_fused_c0",
 	"rms_norm_backward_rows_fused_c1",
@@ -39,4 +40,7 @@ var CUDARowsFusedKernels = [...]string{
 	"rms_norm_backward_rows_fused_c3",
 	"rms_norm_backward_rows_fused_c4",
 	"rms_norm_backward_rows_fused_c5",
+	"rms_norm_backward_rows_fused_c6",
+	"rms_norm_backward_rows_fused_c7",
+	"rms_norm_backward_rows_fused_c8",
 }

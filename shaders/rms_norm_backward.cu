@@ -365,25 +365,46 @@ __device__ __forceinline__ float dx_dim1(float d, float w, float r, float eps) {
 	return __fmul_rn(__fmul_rn(__fmul_rn(d, w), __fmul_rn(__fmul_rn(eps, r), r)), r);
 }
 
-// Sums (ss, s) over the block's threads (blockDim.x, a multiple of 32) in a
-// fixed order: a butterfly in each warp, the warp sums through shared
-// memory, then a butterfly over the W = blockDim.x/32 warp sums (lanes past
-// them add 0). Every lane of every warp ends with the same bits (a xor
-// butterfly pairs the same values in every lane, and float addition is
-// commutative). red is double-buffered by row parity so one barrier per row
-// suffices. The order depends on the block size only.
-__device__ __forceinline__ void block_sum2(float& ss, float& s, float (*red)[2][32], int p) {
+// Sums (ss[q], s[q]) of R rows over the block's threads (blockDim.x, a
+// multiple of 32) in a fixed order: a butterfly in each warp, the warp sums
+// through shared memory, then a butterfly over the W = blockDim.x/32 warp
+// sums (lanes past them add 0). Every lane of every warp ends with the same
+// bits (a xor butterfly pairs the same values in every lane, and float
+// addition is commutative). The R rows share one barrier; each row's sum is
+// the same tree whatever R, so R changes the schedule and not the bits
+// (measured on the H200, docs/cuda.md: two rows a barrier took the
+// one-block-per-SM classes from 83-87% to 89-94% of the device copy). red
+// ([2][2R][32]) is double-buffered by the parity p of the barrier's count,
+// so one barrier per R rows suffices. The order depends on the block size only.
+#define RMS_RMAX 4
+template <int R>
+__device__ __forceinline__ void block_sum(float ss[R], float s[R], float* red, int p) {
 	const int W = blockDim.x >> 5;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	ss = warp_sum(ss);
-	s = warp_sum(s);
-	if (lane == 0) {
-		red[p][0][warp] = ss;
-		red[p][1][warp] = s;
+	float* rp = red + p * (2 * R * 32); // red is [2][2R][32]
+#pragma unroll
+	for (int q = 0; q < R; q++) {
+		ss[q] = warp_sum(ss[q]);
+		s[q] = warp_sum(s[q]);
+		if (lane == 0) {
+			rp[(2 * q) * 32 + warp] = ss[q];
+			rp[(2 * q + 1) * 32 + warp] = s[q];
+		}
 	}
 	__syncthreads();
-	ss = warp_sum(lane < W ? red[p][0][lane] : 0.0f);
-	s = warp_sum(lane < W ? red[p][1][lane] : 0.0f);
+#pragma unroll
+	for (int q = 0; q < R; q++) {
+		ss[q] = warp_sum(lane < W ? rp[(2 * q) * 32 + lane] : 0.0f);
+		s[q] = warp_sum(lane < W ? rp[(2 * q + 1) * 32 + lane] : 0.0f);
+	}
+}
+
+// block_sum2 is block_sum of one row (red: [2][2][32]).
+__device__ __forceinline__ void block_sum2(float& ss, float& s, float* red, int p) {
+	float a[1] = {ss}, b[1] = {s};
+	block_sum<1>(a, b, red, p);
+	ss = a[0];
+	s = b[0];
 }
 
 __device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
@@ -398,19 +419,19 @@ __device__ __forceinline__ float rms_inv(float ss, int dim, float eps) {
 __device__ __forceinline__ int group_rows(const Job& J, int grp) { return (J.rows - grp + J.g - 1) / J.g; }
 #define rowOf(b) ((size_t)grp + (size_t)(b) * (size_t)G)
 
-// store_dw ends a group's dw sums a (4 columns at chunk c). A job in one
+// store_dw ends a group's dw sums a (4 columns from element e). A job in one
 // group (J.g == 1: the small jobs) stores dw itself, as a + 0 in dw's
 // dtype: the bits the reduction gives for a single partial (it adds the
 // partial to 0), with no partials and no reduce launch. Otherwise the sums
 // are the group's partial row, for rms_norm_dw_reduce_f32.
-__device__ __forceinline__ void store_dw(const Job& J, int grp, int c, int dim, bool vec, const float a[4]) {
+__device__ __forceinline__ void store_dw(const Job& J, int grp, int e, int dim, bool vec, const float a[4]) {
 	if (J.g == 1) {
 		float o[4];
 #pragma unroll
 		for (int q = 0; q < 4; q++) o[q] = __fadd_rn(a[q], 0.0f);
-		storeT<T_ANY>(J.dw, c * 4, dim, vec, o, TYPE_DW(J));
+		storeT<T_ANY>(J.dw, e, dim, vec, o, TYPE_DW(J));
 	} else {
-		store4(J.part + (size_t)grp * dim, c * 4, dim, vec, a);
+		store4(J.part + (size_t)grp * dim, e, dim, vec, a);
 	}
 }
 
@@ -466,35 +487,66 @@ struct HalfChunk {
 		}
 	}
 };
+// load16 fills two half chunks, elements e..e+7 (e a multiple of 8, all
+// in the row, the row 16-byte aligned), with one 16-byte load.
+template <int H>
+__device__ __forceinline__ void load16(HalfChunk<H>& a, HalfChunk<H>& b, const void* p, int e) {
+	const uint4 t = __ldg(reinterpret_cast<const uint4*>((const unsigned short*)p + e));
+	a.h[0] = t.x;
+	a.h[1] = t.y;
+	b.h[0] = t.z;
+	b.h[1] = t.w;
+}
 template <>
 struct Chunk<T_BF16> : HalfChunk<T_BF16> {};
 template <>
 struct Chunk<T_F16> : HalfChunk<T_F16> {};
 
 // The rows of one group with each row held in registers: thread t of the
-// T = blockDim.x owns the 4-element chunks t, t+T, ... (at most K of them)
+// T = blockDim.x owns the CW-element chunks t, t+T, ... (at most K of them)
 // of every row, and, when dx is wanted, the same chunks of w, loaded once.
-// S rows are in registers at once (slots, as loaded: Chunk): while one is
-// reduced and written, the next S-1 of the group are in flight. The row loop is
-// unrolled by S so that the slot index is a constant (a run-time index
-// would put the arrays in local memory). Measured on the H200
-// (docs/cuda.md): holding w in registers instead of re-reading it twice per
-// row took the register path from 77% to 93% of the device copy at
-// 16384x4096 (run 4); one row in registers per block could not cover the
-// memory latency (run 1).
+// A chunk is CW/4 pieces of 4 elements, the unit of the loads, the
+// arithmetic and the stores; its elements are summed in order. CW is 4
+// when x is F32 and 8 when x is BF16 or F16 (rms_cw), so that a half row
+// is loaded 16 bytes at a time as an F32 row is: with 8-byte loads half
+// rows stayed near 60-70% of the device copy on the H200 (docs/cuda.md).
+// S rows are in registers at once (slots, as loaded: Chunk): while R of
+// them are reduced and written, the next S-R of the group are in flight.
+// The row loop is unrolled by S so that the slot index is a constant (a
+// run-time index would put the arrays in local memory). Measured on the
+// H200 (docs/cuda.md): holding w in registers instead of re-reading it
+// twice per row took the register path from 77% to 93% of the device copy
+// at 16384x4096 (run 4); one row in registers per block could not cover
+// the memory latency (run 1).
+//
+// R rows share each block-sum barrier (block_sum; S is a multiple of R).
+// WS (fused only) keeps w and the dw sums in shared memory instead of
+// registers (32 fewer registers a thread at K*CW = 16, so that two blocks
+// fit on a multiprocessor where one did), laid out element-major (element
+// j of chunk c at j*nch + c) so that a warp's accesses fall in 32 banks;
+// each thread touches only its own chunks, so no barrier guards them.
+// Neither changes an operation or its order.
 //
 // FUSED is the worker's common case, compiled apart: every flag set (r
-// computed and written, dx, dw) and dim a multiple of 4, so that the flag
+// computed and written, dx, dw) and dim a multiple of CW, so that the flag
 // and bounds tests fold away. It runs the same instructions in the same
 // order as the general path, so the bits are the same (TestKernelsOnCPU):
-// the sums depend on T (the chunks each thread owns) and not on K or S.
-// IO is the dtype of x, dy and dx (T_ANY: each its own, read at run time).
-template <int K, int S, bool FUSED, int IO>
-__device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
+// the sums depend on T and CW (the elements each thread owns) and not on
+// K, S, R or WS. IO is the dtype of x, dy and dx (T_ANY: each its own,
+// read at run time).
+template <int K, int S, int R, bool WS, bool FUSED, int IO, int CW>
+__device__ void rows_regs(const Job& J, int grp, float* red) {
+	static_assert(S % R == 0 && R <= RMS_RMAX, "R rows a barrier, R dividing S");
+	static_assert(FUSED || !WS, "w in shared memory on the fused path only");
+	static_assert(CW == 4 || CW == 8, "chunks of 4 or 8 elements");
+	constexpr int P = CW / 4;  // pieces a chunk
+	constexpr int KP = K * P;  // pieces a thread
+	constexpr bool HALF = IO == T_BF16 || IO == T_F16;
 	const int T = blockDim.x;
 	const int dim = J.dim;
-	const int nch = (dim + 3) >> 2;
-	const bool vec = FUSED || (dim & 3) == 0;
+	const int nch = (dim + CW - 1) / CW;
+	const bool vec = FUSED || (dim & 3) == 0; // every piece wholly in or out of the row
+	const bool vec16 = HALF && CW == 8 && (FUSED || (dim & 7) == 0);
 	const bool doR = FUSED || (J.flags & F_COMPUTE_R) != 0;
 	const bool writeR = FUSED || (J.flags & F_WRITE_R) != 0;
 	const bool doDX = FUSED || (J.flags & F_DX) != 0;
@@ -507,20 +559,51 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	const int tx = IO == T_ANY ? TYPE_X(J) : IO, tdy = IO == T_ANY ? TYPE_DY(J) : IO;
 	const int tdx = IO == T_ANY ? TYPE_DX(J) : IO, tw = TYPE_W(J);
 
-	float wv[K][4], dwacc[K][4];
-	Chunk<IO> xs[S][K], ds[S][K];
+	constexpr int KR = WS ? 1 : KP; // pieces of w and dw held in registers
+	float wv[KR][4], dwacc[KR][4];
+	float* sw = reinterpret_cast<float*>(rms_dyn); // WS only: w, then the dw sums
+	float* sdw = sw + CW * nch;
+	// Element q of piece (k, h): chunk t + k*T, row element (t+k*T)*CW + 4h + q,
+	// in shared memory (WS) at (4h + q)*nch + chunk.
+	Chunk<IO> xs[S][KP], ds[S][KP];
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		const int c = t + k * T;
 #pragma unroll
-		for (int q = 0; q < 4; q++) wv[k][q] = dwacc[k][q] = 0.0f;
-		if (doDX && c < nch) loadT<T_ANY>(J.w, c * 4, dim, vec, wv[k], tw);
+		for (int h = 0; h < P; h++) {
+			const int e = c * CW + 4 * h;
+			float w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			if (doDX && e < dim) loadT<T_ANY>(J.w, e, dim, vec, w4, tw);
+			if constexpr (WS) {
+				if (c < nch) {
 #pragma unroll
-		for (int i = 0; i < S; i++) {
-			xs[i][k].clear();
-			ds[i][k].clear();
+					for (int q = 0; q < 4; q++) {
+						sw[(4 * h + q) * nch + c] = w4[q];
+						sdw[(4 * h + q) * nch + c] = 0.0f;
+					}
+				}
+			} else {
+#pragma unroll
+				for (int q = 0; q < 4; q++) {
+					wv[k * P + h][q] = w4[q];
+					dwacc[k * P + h][q] = 0.0f;
+				}
+			}
+#pragma unroll
+			for (int i = 0; i < S; i++) {
+				xs[i][k * P + h].clear();
+				ds[i][k * P + h].clear();
+			}
 		}
 	}
+	// getw gives piece (k, h)'s w.
+	auto getw = [&](int k, int h, int c, float w4[4]) {
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			if constexpr (WS) w4[q] = sw[(4 * h + q) * nch + c];
+			else w4[q] = wv[k * P + h][q];
+		}
+	};
 	// load fills slot i with row b (nothing past the group's last row).
 	auto load = [&](int i, int b) {
 		if (b < b1) {
@@ -529,9 +612,22 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 #pragma unroll
 			for (int k = 0; k < K; k++) {
 				const int c = t + k * T;
-				if (c < nch) {
-					xs[i][k].load(xr, c * 4, dim, vec, tx);
-					if (needDY) ds[i][k].load(dyr, c * 4, dim, vec, tdy);
+				if constexpr (HALF && CW == 8) {
+					if (vec16) {
+						if (c < nch) {
+							load16(xs[i][2 * k], xs[i][2 * k + 1], xr, c * 8);
+							if (needDY) load16(ds[i][2 * k], ds[i][2 * k + 1], dyr, c * 8);
+						}
+						continue;
+					}
+				}
+#pragma unroll
+				for (int h = 0; h < P; h++) {
+					const int e = c * CW + 4 * h;
+					if (e < dim) {
+						xs[i][k * P + h].load(xr, e, dim, vec, tx);
+						if (needDY) ds[i][k * P + h].load(dyr, e, dim, vec, tdy);
+					}
 				}
 			}
 		}
@@ -540,48 +636,89 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 	for (int i = 0; i < S; i++) load(i, i);
 	for (int bb = 0; bb < b1; bb += S) {
 #pragma unroll
-		for (int i = 0; i < S; i++) {
-			const int b = bb + i;
-			if (b < b1) {
-				float ss = 0.0f, s = 0.0f, r = 0.0f, cc = 0.0f;
-				if (doR || doDX) {
+		for (int i0 = 0; i0 < S; i0 += R) {
+			if (bb + i0 >= b1) break; // the same for the whole block
+			float ss[R], s[R];
+#pragma unroll
+			for (int q = 0; q < R; q++) {
+				ss[q] = s[q] = 0.0f;
+				if ((doR || doDX) && bb + i0 + q < b1) {
 #pragma unroll
 					for (int k = 0; k < K; k++) {
 						const int c = t + k * T;
-						if (c < nch) {
-							float xv[4], dv[4];
-							xs[i][k].get(xv);
-							ds[i][k].get(dv);
-							accum(xv, dv, wv[k], c * 4, dim, vec, doR, doDX, ss, s);
+#pragma unroll
+						for (int h = 0; h < P; h++) {
+							const int e = c * CW + 4 * h;
+							if (e < dim) {
+								float xv[4], dv[4], w4[4];
+								xs[i0 + q][k * P + h].get(xv);
+								ds[i0 + q][k * P + h].get(dv);
+								getw(k, h, c, w4);
+								accum(xv, dv, w4, e, dim, vec, doR, doDX, ss[q], s[q]);
+							}
 						}
 					}
-					block_sum2(ss, s, red, b & 1);
 				}
+			}
+			if (doR || doDX) block_sum<R>(ss, s, red, ((bb + i0) / R) & 1);
+#pragma unroll
+			for (int q = 0; q < R; q++) {
+				const int i = i0 + q, b = bb + i;
+				if (b >= b1) break;
+				float r = 0.0f, cc = 0.0f;
 				if (doR) {
-					r = rms_inv(ss, dim, J.eps);
+					r = rms_inv(ss[q], dim, J.eps);
 					if (writeR && t == 0) J.r[rowOf(b)] = r;
 				} else if (needDY) {
 					r = J.r[rowOf(b)];
 				}
-				if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
+				if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s[q], r), r), (float)dim);
 				if (needDY) {
 #pragma unroll
 					for (int k = 0; k < K; k++) {
 						const int c = t + k * T;
-						if (c < nch) {
-							float xv[4], dv[4];
-							xs[i][k].get(xv);
-							ds[i][k].get(dv);
-							if (doDX) {
-								float o[4];
-								dx4(xv, dv, wv[k], r, cc, o);
-								if (!FUSED && dim == 1) o[0] = dx_dim1(dv[0], wv[k][0], r, J.eps);
-								storeT<IO>(at(J.dx, rowOf(b) * dim, tdx), c * 4, dim, vec, o, tdx);
-							}
-							if (doDW) {
+						float o[P][4];
 #pragma unroll
-								for (int q = 0; q < 4; q++)
-									dwacc[k][q] = __fmaf_rn(__fmul_rn(dv[q], xv[q]), r, dwacc[k][q]);
+						for (int h = 0; h < P; h++) {
+							const int e = c * CW + 4 * h;
+							if (e < dim) {
+								float xv[4], dv[4];
+								xs[i][k * P + h].get(xv);
+								ds[i][k * P + h].get(dv);
+								if (doDX) {
+									float w4[4];
+									getw(k, h, c, w4);
+									dx4(xv, dv, w4, r, cc, o[h]);
+									if (!FUSED && dim == 1) o[h][0] = dx_dim1(dv[0], w4[0], r, J.eps);
+								}
+								if (doDW) {
+#pragma unroll
+									for (int q2 = 0; q2 < 4; q2++) {
+										if constexpr (WS) {
+											float& a = sdw[(4 * h + q2) * nch + c];
+											a = __fmaf_rn(__fmul_rn(dv[q2], xv[q2]), r, a);
+										} else {
+											dwacc[k * P + h][q2] = __fmaf_rn(__fmul_rn(dv[q2], xv[q2]), r, dwacc[k * P + h][q2]);
+										}
+									}
+								}
+							}
+						}
+						if (doDX) {
+							void* dxr = at(J.dx, rowOf(b) * dim, tdx);
+							if constexpr (HALF && CW == 8) {
+								if (vec16) {
+									if (c < nch)
+										*reinterpret_cast<uint4*>((unsigned short*)dxr + c * 8) =
+										    make_uint4(narrow2<IO>(o[0][0], o[0][1]), narrow2<IO>(o[0][2], o[0][3]),
+										               narrow2<IO>(o[1][0], o[1][1]), narrow2<IO>(o[1][2], o[1][3]));
+									continue;
+								}
+							}
+#pragma unroll
+							for (int h = 0; h < P; h++) {
+								const int e = c * CW + 4 * h;
+								if (e < dim) storeT<IO>(dxr, e, dim, vec, o[h], tdx);
 							}
 						}
 					}
@@ -594,7 +731,20 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			const int c = t + k * T;
-			if (c < nch) store_dw(J, grp, c, dim, vec, dwacc[k]);
+#pragma unroll
+			for (int h = 0; h < P; h++) {
+				const int e = c * CW + 4 * h;
+				if (e < dim) {
+					if constexpr (WS) {
+						float a[4];
+#pragma unroll
+						for (int q = 0; q < 4; q++) a[q] = sdw[(4 * h + q) * nch + c];
+						store_dw(J, grp, e, dim, vec, a);
+					} else {
+						store_dw(J, grp, e, dim, vec, dwacc[k * P + h]);
+					}
+				}
+			}
 		}
 	}
 }
@@ -608,7 +758,7 @@ __device__ void rows_regs(const Job& J, int grp, float (*red)[2][32]) {
 // slots); w and dx may be of any dtype. Taken only when the host is asked
 // to (RMSGRAD_CUDA_STAGES), which also makes the block 256 threads.
 template <int K>
-__device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm) {
+__device__ void rows_smem(const Job& J, int grp, float* red, float* sm) {
 	const int dim = J.dim;
 	const int nch = dim >> 2;
 	const bool doR = (J.flags & F_COMPUTE_R) != 0;
@@ -704,7 +854,7 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			const int c = t + k * RMS_THREADS;
-			if (c < nch) store_dw(J, grp, c, dim, true, dwacc[k]);
+			if (c < nch) store_dw(J, grp, c * 4, dim, true, dwacc[k]);
 		}
 	}
 }
@@ -712,12 +862,13 @@ __device__ void rows_smem(const Job& J, int grp, float (*red)[2][32], float* sm)
 // The rows of one group for dims over 4 chunks per thread without slots:
 // the same arithmetic, re-reading x and dy, the dw accumulator living in
 // the group's partial row (only this thread touches these columns of this
-// group). IO as for rows_regs; T = blockDim.x.
-template <int IO>
-__device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
+// group). IO and CW as for rows_regs; T = blockDim.x.
+template <int IO, int CW>
+__device__ void rows_stream(const Job& J, int grp, float* red) {
+	constexpr int P = CW / 4;
 	const int T = blockDim.x;
 	const int dim = J.dim;
-	const int nch = (dim + 3) >> 2;
+	const int nch = (dim + CW - 1) / CW;
 	const bool vec = (dim & 3) == 0;
 	const bool doR = (J.flags & F_COMPUTE_R) != 0;
 	const bool doDX = (J.flags & F_DX) != 0;
@@ -736,13 +887,18 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		float ss = 0.0f, s = 0.0f;
 		if (doR || doDX) {
 			for (int c = t; c < nch; c += T) {
-				float x4[4], d4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-				loadT<IO>(xr, c * 4, dim, vec, x4, tx);
-				if (doDX) {
-					loadT<IO>(dyr, c * 4, dim, vec, d4, tdy);
-					loadT<T_ANY>(J.w, c * 4, dim, vec, w4, tw);
+#pragma unroll
+				for (int h = 0; h < P; h++) {
+					const int e = c * CW + 4 * h;
+					if (e >= dim) break;
+					float x4[4], d4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+					loadT<IO>(xr, e, dim, vec, x4, tx);
+					if (doDX) {
+						loadT<IO>(dyr, e, dim, vec, d4, tdy);
+						loadT<T_ANY>(J.w, e, dim, vec, w4, tw);
+					}
+					accum(x4, d4, w4, e, dim, vec, doR, doDX, ss, s);
 				}
-				accum(x4, d4, w4, c * 4, dim, vec, doR, doDX, ss, s);
 			}
 			block_sum2(ss, s, red, b & 1);
 		}
@@ -756,73 +912,89 @@ __device__ void rows_stream(const Job& J, int grp, float (*red)[2][32]) {
 		if (!needDY) continue;
 		if (doDX) cc = __fdiv_rn(__fmul_rn(__fmul_rn(s, r), r), (float)dim);
 		for (int c = t; c < nch; c += T) {
-			float x4[4], d4[4];
-			loadT<IO>(xr, c * 4, dim, vec, x4, tx);
-			loadT<IO>(dyr, c * 4, dim, vec, d4, tdy);
-			if (doDX) {
-				float w4[4], o[4];
-				loadT<T_ANY>(J.w, c * 4, dim, vec, w4, tw);
-				dx4(x4, d4, w4, r, cc, o);
-				if (dim == 1) o[0] = dx_dim1(d4[0], w4[0], r, J.eps);
-				storeT<IO>(at(J.dx, rowOf(b) * dim, tdx), c * 4, dim, vec, o, tdx);
-			}
-			if (doDW) {
-				float a[4], o[4];
-				if (b == 0) {
-					a[0] = a[1] = a[2] = a[3] = 0.0f;
-				} else {
-					load4rw(part, c * 4, dim, vec, a);
-				}
 #pragma unroll
-				for (int q = 0; q < 4; q++) o[q] = __fmaf_rn(__fmul_rn(d4[q], x4[q]), r, a[q]);
-				store4(part, c * 4, dim, vec, o);
+			for (int h = 0; h < P; h++) {
+				const int e = c * CW + 4 * h;
+				if (e >= dim) break;
+				float x4[4], d4[4];
+				loadT<IO>(xr, e, dim, vec, x4, tx);
+				loadT<IO>(dyr, e, dim, vec, d4, tdy);
+				if (doDX) {
+					float w4[4], o[4];
+					loadT<T_ANY>(J.w, e, dim, vec, w4, tw);
+					dx4(x4, d4, w4, r, cc, o);
+					if (dim == 1) o[0] = dx_dim1(d4[0], w4[0], r, J.eps);
+					storeT<IO>(at(J.dx, rowOf(b) * dim, tdx), e, dim, vec, o, tdx);
+				}
+				if (doDW) {
+					float a[4], o[4];
+					if (b == 0) {
+						a[0] = a[1] = a[2] = a[3] = 0.0f;
+					} else {
+						load4rw(part, e, dim, vec, a);
+					}
+#pragma unroll
+					for (int q = 0; q < 4; q++) o[q] = __fmaf_rn(__fmul_rn(d4[q], x4[q]), r, a[q]);
+					store4(part, e, dim, vec, o);
+				}
 			}
 		}
 	}
 	if (doDW && J.g == 1) {
 		// One group: dw from the sums this thread kept in the partial row.
 		for (int c = t; c < nch; c += T) {
-			float a[4];
-			load4rw(part, c * 4, dim, vec, a);
-			store_dw(J, grp, c, dim, vec, a);
+#pragma unroll
+			for (int h = 0; h < P; h++) {
+				const int e = c * CW + 4 * h;
+				if (e >= dim) break;
+				float a[4];
+				load4rw(part, e, dim, vec, a);
+				store_dw(J, grp, e, dim, vec, a);
+			}
 		}
 	}
 }
 
+// rows_cw is the chunk width of a job's rows: 8 elements when x is BF16 or
+// F16, else 4 (cuda/geometry.go's classOf takes the same).
+__device__ __forceinline__ int rows_cw(const Job& J) { return TYPE_X(J) == T_F32 ? 4 : 8; }
+
 // rows_any runs one group of a general rows entry: the register path up to
 // 4 chunks per thread, streaming beyond, with x, dy and dx of type IO.
-template <int IO>
-__device__ __forceinline__ void rows_any(const Job& J, int grp, float (*red)[2][32], int K) {
+template <int IO, int CW>
+__device__ __forceinline__ void rows_any(const Job& J, int grp, float* red, int K) {
 	switch (K) {
 	case 1:
-		rows_regs<1, 2, false, IO>(J, grp, red);
+		rows_regs<1, 2, 1, false, false, IO, CW>(J, grp, red);
 		break;
 	case 2:
-		rows_regs<2, 2, false, IO>(J, grp, red);
+		rows_regs<2, 2, 1, false, false, IO, CW>(J, grp, red);
 		break;
 	case 3:
 	case 4:
-		rows_regs<4, 2, false, IO>(J, grp, red);
+		rows_regs<4, 2, 1, false, false, IO, CW>(J, grp, red);
 		break;
 	default:
 		// Over 4 chunks per thread: x and dy re-read, no register arrays.
-		rows_stream<IO>(J, grp, red);
+		rows_stream<IO, CW>(J, grp, red);
 	}
 }
 
 // The general rows kernel: any flags, any dtypes, any dim. grid: (total
 // groups of the launch's jobs); bmap[blockIdx.x] is the block's job, its
 // group blockIdx.x - jobs[j].start. The block size (up to 512) is the one
-// the host gives the job's dim, the same as the dim's fused class below, so
-// an RMSInv, DX and DW run apart give the bits of the fused pass.
+// the host gives the job's dim and chunk width, the same as the fused
+// class's below, so an RMSInv, DX and DW run apart give the bits of the
+// fused pass.
 #define RMS_GEN_THREADS 512
 #if RMS_PART_IS(0)
 extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
     rms_norm_backward_rows_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	__shared__ float red[2][2][32];
+	__shared__ float red[2 * 2 * 32];
 	const Job J = jobs[bmap[blockIdx.x]];
 	const int grp = blockIdx.x - J.start;
-	const int nch = (J.dim + 3) >> 2;
+	const int cw = rows_cw(J);
+	const int nch = (J.dim + cw - 1) / cw;
 	const int K = (nch + blockDim.x - 1) / blockDim.x;
 	if (J.stages > 0) {
 		// dim % 4 == 0, K <= RMS_KMAX, x and dy F32 and 256 threads (the
@@ -845,36 +1017,45 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 		}
 		return;
 	}
+	// IO F32 means x is F32 (chunks of 4), BF16 and F16 that x is half
+	// (chunks of 8); T_ANY takes either.
 	switch (TYPE_IO(J)) {
 	case T_F32:
-		rows_any<T_F32>(J, grp, red, K);
+		rows_any<T_F32, 4>(J, grp, red, K);
 		break;
 	case T_BF16:
-		rows_any<T_BF16>(J, grp, red, K);
+		rows_any<T_BF16, 8>(J, grp, red, K);
 		break;
 	case T_F16:
-		rows_any<T_F16>(J, grp, red, K);
+		rows_any<T_F16, 8>(J, grp, red, K);
 		break;
 	default:
-		rows_any<T_ANY>(J, grp, red, K);
+		if (cw == 8) rows_any<T_ANY, 8>(J, grp, red, K);
+		else rows_any<T_ANY, 4>(J, grp, red, K);
 	}
 }
 
 #endif
-// The fused kernels (every flag set, dim a multiple of 4, x, dy and dx of
-// one dtype), one per width class of the register path, compiled apart so
-// that the general path's register pressure does not make them spill.
-// Class c takes dims of up to RMS_Cc_NCH chunks with K chunks per thread,
-// blocks of T = 32*ceil(nch/K/32) threads (so the block fits the row: at
-// most 31 idle threads), and RMS_Cc_S rows in registers for F32,
-// RMS_Cc_SH for BF16 and F16 (a half row as loaded takes half the
-// registers: 2*S rows of halfs use the registers of S rows of F32). The
-// launch bounds (most threads, fewest blocks per SM) cap the registers at
-// what K*4*(2+2S) floats of row, w and dw plus about 30 need; the host
-// sizes the grid from each class's occupancy (cuda/geometry.go). Measured
-// on the H200 (docs/cuda.md): S=2 beat S=3 in c1, c2 and c4 (S=3 spilled in
-// c1), S=3 won in c0 for batches of small jobs; 3 half rows beat 4 in c1.
-// The S macros may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
+// The fused kernels (every flag set, x, dy and dx of one dtype, dim a
+// multiple of the chunk width), one per width class of the register path,
+// compiled apart so that the general path's register pressure does not
+// make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7 and c8
+// BF16 and F16 rows (chunks of 8). Class c takes dims of up to
+// CW*K*MAXT elements with K chunks per thread, blocks of T =
+// 32*ceil(nch/K/32) threads (so the block fits the row: at most 31 idle
+// threads), RMS_Cc_S rows in registers and RMS_Cc_R rows a block-sum
+// barrier. The launch bounds (most threads, fewest blocks per SM) cap the
+// registers; the host sizes the grid from each class's occupancy
+// (cuda/geometry.go). WS classes keep w and the dw sums in shared memory,
+// 8*dim bytes a block, so that more blocks fit on a multiprocessor.
+// Measured on the H200 (docs/cuda.md, cuda/variants/rows.cu): S=2 beat S=3
+// in c1, c2 and c4 (S=3 spilled in c1), S=3 won in c0 for batches of small
+// jobs; two rows a barrier gained 5-7 points in c2 and in the
+// one-block-per-SM classes c5 and c6, and lost 2-3 in c3; WS took 5120 from 83% to
+// 95%. Half rows: 16-byte loads of 8 elements with w in shared memory and
+// 2-4 blocks per SM reached 91% at 32768x8192 and 83% at 16384x4096,
+// against 70-78% with 8-byte loads and w in registers. The S and R macros
+// may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
 #ifndef RMS_C0_S
 #define RMS_C0_S 3
 #endif
@@ -893,72 +1074,101 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #ifndef RMS_C5_S
 #define RMS_C5_S 2
 #endif
-#ifndef RMS_C0_SH
-#define RMS_C0_SH 3
+#ifndef RMS_C6_S
+#define RMS_C6_S 2
 #endif
-#ifndef RMS_C1_SH
-#define RMS_C1_SH 3
+#ifndef RMS_C7_S
+#define RMS_C7_S 4
 #endif
-#ifndef RMS_C2_SH
-#define RMS_C2_SH 4
+#ifndef RMS_C8_S
+#define RMS_C8_S 2
 #endif
-#ifndef RMS_C3_SH
-#define RMS_C3_SH 4
+#ifndef RMS_C0_R
+#define RMS_C0_R 3
 #endif
-#ifndef RMS_C4_SH
-#define RMS_C4_SH 4
+#ifndef RMS_C1_R
+#define RMS_C1_R 2
 #endif
-#ifndef RMS_C5_SH
-#define RMS_C5_SH 4
+#ifndef RMS_C2_R
+#define RMS_C2_R 2
 #endif
-#define RMS_FUSED_CLASS(NAME, K, S, SH, MAXT, MINB)                                                    \
-	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                         \
-	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {                            \
-		__shared__ float red[2][2][32];                                                            \
-		const Job J = jobs[bmap[blockIdx.x]];                                                      \
-		const int grp = blockIdx.x - J.start;                                                      \
-		switch (TYPE_IO(J)) {                                                                      \
-		case T_BF16:                                                                               \
-			rows_regs<K, SH, true, T_BF16>(J, grp, red);                                       \
-			break;                                                                             \
-		case T_F16:                                                                                \
-			rows_regs<K, SH, true, T_F16>(J, grp, red);                                        \
-			break;                                                                             \
-		default:                                                                                   \
-			rows_regs<K, S, true, T_F32>(J, grp, red);                                         \
-		}                                                                                          \
+#ifndef RMS_C3_R
+#define RMS_C3_R 1
+#endif
+#ifndef RMS_C4_R
+#define RMS_C4_R 1
+#endif
+#ifndef RMS_C5_R
+#define RMS_C5_R 2
+#endif
+#ifndef RMS_C6_R
+#define RMS_C6_R 2
+#endif
+#ifndef RMS_C7_R
+#define RMS_C7_R 2
+#endif
+#ifndef RMS_C8_R
+#define RMS_C8_R 2
+#endif
+#define RMS_FUSED_PROLOGUE                               \
+	__shared__ float red[2 * 2 * RMS_RMAX * 32];     \
+	const Job J = jobs[bmap[blockIdx.x]];            \
+	const int grp = blockIdx.x - J.start;
+// An F32 class (chunks of 4).
+#define RMS_FUSED_F32(NAME, K, S, R, WS, MAXT, MINB)                                 \
+	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                       \
+	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {          \
+		RMS_FUSED_PROLOGUE                                                       \
+		rows_regs<K, S, R, WS, true, T_F32, 4>(J, grp, red);                     \
 	}
-// c0: dims up to 1024 (256 chunks), 1 chunk per thread.
+// A BF16 and F16 class (chunks of 8).
+#define RMS_FUSED_HALF(NAME, K, S, R, WS, MAXT, MINB)                                \
+	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                       \
+	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {          \
+		RMS_FUSED_PROLOGUE                                                       \
+		if (TYPE_IO(J) == T_BF16) rows_regs<K, S, R, WS, true, T_BF16, 8>(J, grp, red); \
+		else rows_regs<K, S, R, WS, true, T_F16, 8>(J, grp, red);                \
+	}
+// cuda/geometry.go's fusedClasses must match these (cw, k, maxNch =
+// K*MAXT, MAXT, MINB, WS).
+// c0: F32 dims up to 1024 (256 chunks), 1 chunk per thread.
 #if RMS_PART_IS(2)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, RMS_C0_SH, 256, 3)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, RMS_C0_R, false, 256, 3)
 #endif
 // c1: up to 2048, 2 chunks per thread.
 #if RMS_PART_IS(3)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, RMS_C1_SH, 256, 3)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, RMS_C1_R, false, 256, 3)
 #endif
 // c2: up to 3072, 3 chunks per thread.
 #if RMS_PART_IS(4)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, RMS_C2_SH, 256, 2)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, RMS_C2_R, false, 256, 2)
 #endif
 // c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
 #if RMS_PART_IS(5)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, RMS_C3_SH, 256, 2)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, RMS_C3_R, false, 256, 2)
 #endif
-// c4: up to 6144, 4 chunks per thread, one block of up to 384 per SM.
-// RMS_C4_K and RMS_C4_MAXT (with RMSGRAD_CUDA_C4_GEOM on the host) try
-// other splits of the row.
-#ifndef RMS_C4_K
-#define RMS_C4_K 4
-#endif
-#ifndef RMS_C4_MAXT
-#define RMS_C4_MAXT 384
-#endif
+// c4: up to 5120, 4 chunks per thread, two blocks of up to 320 per SM, w
+// and the dw sums in shared memory.
 #if RMS_PART_IS(6)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_SH, RMS_C4_MAXT, 1)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, 4, RMS_C4_S, RMS_C4_R, true, 320, 2)
 #endif
-// c5: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
+// c5: up to 6144, 4 chunks per thread, one block of up to 384 per SM (the
+// registers of two rows and w: up to 168 a thread).
 #if RMS_PART_IS(7)
-RMS_FUSED_CLASS(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, RMS_C5_SH, 512, 1)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, RMS_C5_R, false, 384, 1)
+#endif
+// c6: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
+#if RMS_PART_IS(8)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, 4, RMS_C6_S, RMS_C6_R, false, 512, 1)
+#endif
+// c7: BF16 and F16 dims up to 2048, 1 chunk of 8 per thread.
+#if RMS_PART_IS(9)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, 1, RMS_C7_S, RMS_C7_R, false, 256, 3)
+#endif
+// c8: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
+// up to 256 (two to four per SM), w and the dw sums in shared memory.
+#if RMS_PART_IS(10)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, 4, RMS_C8_S, RMS_C8_R, true, 256, 2)
 #endif
 
 #if RMS_PART_IS(1)

@@ -27,6 +27,8 @@ struct float4 { float x,y,z,w; };
 inline float4 make_float4(float a,float b,float c,float d){return {a,b,c,d};}
 struct uint2 { unsigned x,y; };
 inline uint2 make_uint2(unsigned a,unsigned b){return {a,b};}
+struct uint4 { unsigned x,y,z,w; };
+inline uint4 make_uint4(unsigned a,unsigned b,unsigned c,unsigned d){return {a,b,c,d};}
 inline float __uint_as_float(unsigned u){float f; std::memcpy(&f,&u,4); return f;}
 inline unsigned __float_as_uint(float f){unsigned u; std::memcpy(&u,&f,4); return u;}
 struct dim3 { unsigned x,y,z; };
@@ -63,19 +65,20 @@ void launch(int blocks, int threads, std::function<void()> k){
   for(auto&x:th) x.join();
   for(int w=0;w<warps;w++) delete g_warp[w];
 }
-// classOf is cuda/geometry.go's: the fused class of a dim (-1: none) and
-// the block size of its rows.
-struct Class { int k, maxNch; };
-const Class classes[6]={{1,256},{2,512},{3,768},{4,1024},{4,1536},{4,2048}};
-void classOf(int dim, int& cls, int& threads){
+// classOf is cuda/geometry.go's: the fused class of a dim in chunks of cw
+// elements (-1: none) and the block size of its rows.
+struct Class { int cw, k, maxNch; };
+const Class classes[9]={{4,1,256},{4,2,512},{4,3,768},{4,4,1024},{4,4,1280},{4,4,1536},{4,4,2048},{8,1,256},{8,4,1024}};
+void classOf(int dim, int cw, int& cls, int& threads){
   cls=-1; threads=256;
-  if(dim<=0 || dim%4) return;
-  int nch=dim/4;
-  for(int c=0;c<6;c++) if(nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; }
+  if(dim<=0 || dim%cw) return;
+  int nch=dim/cw;
+  for(int c=0;c<9;c++) if(classes[c].cw==cw && nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; }
 }
 typedef void (*Kern)(const Job*, const int*);
-const Kern fusedKernels[6]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
-  rms_norm_backward_rows_fused_c3,rms_norm_backward_rows_fused_c4,rms_norm_backward_rows_fused_c5};
+const Kern fusedKernels[9]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
+  rms_norm_backward_rows_fused_c3,rms_norm_backward_rows_fused_c4,rms_norm_backward_rows_fused_c5,
+  rms_norm_backward_rows_fused_c6,rms_norm_backward_rows_fused_c7,rms_norm_backward_rows_fused_c8};
 // goJobs launches jobs (one dim) as the host does: the rows kernel the host
 // picks (cuda/plan.go entry.kernel) with the dim's block size (256 with
 // shared-memory slots), then the reduction for the jobs of several groups.
@@ -84,8 +87,10 @@ void goJobs(std::vector<Job>& jobs, int dim, int nred, bool forced){
   std::vector<int> bm, bmr; int s=0, rs=0;
   for(size_t i=0;i<jobs.size();i++){ jobs[i].start=s; jobs[i].rstart=rs; for(int k=0;k<jobs[i].g;k++) bm.push_back(i); s+=jobs[i].g;
     if((jobs[i].flags&F_DW) && jobs[i].g>1){ for(int k=0;k<nred;k++) bmr.push_back(i); rs+=nred; } }
-  int cls, T; classOf(dim, cls, T);
-  if(forced){ cls=-1; T=256; }
+  // Chunks of 8 for half x; RMSGRAD_CUDA_STAGES only for F32 x.
+  int cw=rows_cw(jobs[0]);
+  int cls, T; classOf(dim, cw, cls, T);
+  if(forced && cw==4){ cls=-1; T=256; }
   bool fusedK = cls>=0 && jobs[0].flags==(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW) && TYPE_IO(jobs[0])!=T_ANY;
   if(fusedK){ Kern k=fusedKernels[cls]; launch(s,T,[&]{ k(jobs.data(), bm.data()); }); }
   else launch(s,T,[&]{ rms_norm_backward_rows_f32(jobs.data(), bm.data()); });
@@ -202,6 +207,16 @@ int runMixes(std::mt19937& rng){
     {4,6144,2,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
     {2,1152,1,{T_F16,T_F16,T_F16,T_F16,T_F32}},
     {2,9000,1,{T_F16,T_F32,T_F16,T_F16,T_BF16}},
+    // Chunks of 8 (half x): a dim that is no multiple of 8 (general kernel,
+    // 8-byte pieces), the smallest c7 block (96 threads), c7 with w in
+    // shared memory over groups of several rows, x half with dy F32 (T_ANY
+    // in chunks of 8), and c6.
+    {5,1028,2,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {6,2176,2,{T_BF16,T_F32,T_BF16,T_BF16,T_F32}},
+    {9,4096,2,{T_F16,T_F16,T_F16,T_F16,T_F16}},
+    {5,4096,2,{T_BF16,T_F32,T_F32,T_BF16,T_F32}},
+    {7,2048,2,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {3,4104,1,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
   };
   int bad=0;
   for(auto c:cs){
@@ -251,10 +266,10 @@ int main(){
   // gmax (the most groups a job is split into) is small here so that groups
   // of several rows, and the next-row prefetch, are exercised cheaply.
   // gmax 1: a job in one group, which stores dw itself (the small jobs).
-  // Dims 1024..8192 cover every fused class c0..c5 and block sizes that
+  // Dims 1024..8192 cover every fused class c0..c6 (c7 and c8 in runMixes) and block sizes that
   // are not a power of two (1152: 160 threads; 2560: 224; 5120: 320).
   std::vector<Case> cs={{2,32,264},{7,1,3},{3,257,264},{65,31,8},{7,4097,3},{5,9000,2},{40,1024,6},{5,6144,2},{1,3,264},{9,8192,4},{33,2048,5},{3,4100,2},{6,5120,2},{3,7172,2},{5,1000,2},{300,4,2},{600,12,264},
-    {8,1024,1},{4,1152,2},{5,2560,3},{3,3584,1},{4,7168,2},{2,6656,1},{3,257,1},{2,9000,1},{7,1,1}};
+    {8,1024,1},{4,1152,2},{5,2560,3},{11,4608,2},{7,5376,2},{3,3584,1},{4,7168,2},{2,6656,1},{3,257,1},{2,9000,1},{7,1,1}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> U(-1,1);
   for(auto c:cs){

@@ -1,0 +1,67 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/computetest"
+)
+
+// selfCheckJobs are the jobs Open runs before it returns the backend: one
+// small job per fused class (F32 rows in c0-c6, BF16 and F16 rows in c7
+// and c8), jobs of several row groups with the dw reduction, and the
+// general kernel (a dim that is no multiple of 4, a half dim that is no
+// multiple of 8, x and dy of different dtypes): 16 jobs, 1.4 M elements.
+func selfCheckJobs() []computetest.Job {
+	f32 := computetest.Mix{}
+	bf16 := computetest.Mix{X: compute.BF16, W: compute.BF16, DY: compute.BF16, DX: compute.BF16, DW: compute.BF16}
+	f16 := computetest.Mix{X: compute.F16, W: compute.F32, DY: compute.F16, DX: compute.F16, DW: compute.F32}
+	anyMix := computetest.Mix{X: compute.BF16, W: compute.F32, DY: compute.F32, DX: compute.BF16, DW: compute.F32}
+	var jobs []computetest.Job
+	add := func(rows, dim int, m computetest.Mix) {
+		jobs = append(jobs, computetest.NewJob(uint64(len(jobs)+1)*7919, rows, dim).WithMix(m))
+	}
+	for _, dim := range []int{1024, 2048, 3072, 4096, 5120, 6144, 8192} {
+		add(3, dim, f32)
+	}
+	add(5, 2048, bf16)
+	add(5, 4096, bf16)
+	add(3, 8192, f16)
+	add(64, 4096, f32)  // several groups, the reduction
+	add(96, 5120, f32)  // several groups, w and dw in shared memory
+	add(64, 8192, bf16) // the same, chunks of 8
+	add(5, 257, f32)
+	add(5, 1028, bf16)
+	add(4, 4096, anyMix)
+	return jobs
+}
+
+// selfCheck runs selfCheckJobs on the backend, in one command buffer, and
+// compares each output with the float64 oracle (computetest.Job.Check: the
+// tolerance of the conformance suite). The kernels are compiled at Open
+// for whatever GPU the host has, and only some GPUs are ever tested: a
+// compiler or device that computes wrong values is refused here, at start,
+// with the job, its dtypes and the first wrong element named, instead of
+// writing wrong gradients. RMSGRAD_CUDA_SELFCHECK=0 skips it.
+func (b *Backend) selfCheck(ctx context.Context) error {
+	if os.Getenv("RMSGRAD_CUDA_SELFCHECK") == "0" {
+		return nil
+	}
+	t0 := time.Now()
+	jobs := selfCheckJobs()
+	outs, err := computetest.RunJobs(ctx, b, jobs, computetest.DXThenDW)
+	if err != nil {
+		return fmt.Errorf("cuda: self-check on %s: running %d jobs: %w", b.device, len(jobs), err)
+	}
+	for i, j := range jobs {
+		if err := j.Check(outs[i]); err != nil {
+			return fmt.Errorf("cuda: self-check on %s: job %dx%d %s: %w (the kernels compiled for this GPU compute wrong values; RMSGRAD_CUDA_SELFCHECK=0 skips this check): %w",
+				b.device, j.Rows, j.Dim, j.Mix, err, compute.ErrUnsupported)
+		}
+	}
+	b.selfCheckTime = time.Since(t0)
+	return nil
+}
