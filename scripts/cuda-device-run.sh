@@ -4,7 +4,7 @@
 #   CGO_ENABLED=0 go test -c -o bin/cuda.test ./cuda/    (BIN=dir: binaries from elsewhere)
 #   CGO_ENABLED=0 go build -o bin/ ./cmd/...              (the e2e step only)
 #   scripts/gpu-host-bench.sh pack                         (the hostbench step only)
-#   scripts/cuda-device-run.sh OUTDIR [steps]   (steps: ptxas conf bench variants e2e hostbench)
+#   scripts/cuda-device-run.sh OUTDIR [steps]   (steps: ptxas conf bench variants harness e2e hostbench)
 # Logs go to OUTDIR (all.tar.gz: the device tool brings back few files); the
 # summary is printed last. The ptxas step compiles the kernels with nvcc
 # first and stops the run when they do not compile.
@@ -24,6 +24,7 @@ finish() {
 	echo "==== summary ($(($(date +%s) - t00))s)"
 	printf '%s\n' "${summary[@]}"
 	[ -f "$logs/variants.log" ] && cat "$logs/variants.log"
+	[ -f "$logs/harness.log" ] && grep -E '^[0-9]|of copy|skipped' "$logs/harness.log"
 	[ -f "$logs/bench.log" ] && sed -n '/^| shape/,$p' "$logs/bench.log"
 	tar -C "$logs" -czf "$out/all.tar.gz" .
 	exit 0
@@ -92,6 +93,19 @@ if has variants; then
 			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_SWEEP=/tmp/variant.json timeout 60 "${BIN:-bin}"/cuda.test -test.run '^TestBenchSweep$' -test.v 2>&1 |
 			grep -E 'of copy|FAIL|Error' | sed "s/^/[$v] /" >>"$logs/variants.log"
 	done
+	snap
+fi
+
+if has harness && command -v nvcc >/dev/null; then
+	# The kernel-geometry harness (cuda/variants/rows.cu), its variant sets
+	# in HARNESS (bf16, f32, next; all when empty).
+	t0=$(date +%s)
+	if nvcc -O3 -arch=sm_90 -o /tmp/rows cuda/variants/rows.cu >"$logs/harness-build.log" 2>&1; then
+		timeout 300 /tmp/rows ${HARNESS:-} >"$logs/harness.log" 2>&1
+		summary+=("harness (${HARNESS:-all}): rc=$? in $(($(date +%s) - t0))s")
+	else
+		summary+=("harness: nvcc FAILED: $(head -c 2000 "$logs/harness-build.log")")
+	fi
 	snap
 fi
 

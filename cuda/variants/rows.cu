@@ -1,7 +1,7 @@
 // Row-geometry experiments for the fused rows pass in half precision and
 // for the width classes that stay under the device copy in f32, built with
 // nvcc on the GPU machine:
-//   nvcc -O3 -arch=sm_90 -o /tmp/rows cuda/variants/rows.cu && /tmp/rows
+//   nvcc -O3 -arch=sm_90 -o /tmp/rows cuda/variants/rows.cu && /tmp/rows [bf16|f32|next]
 // Not part of the backend. Each variant is the backend's fused pass (rows
 // interleaved over the groups, S rows in registers, the block sum, dx, the
 // dw partials) with one knob changed:
@@ -440,6 +440,36 @@ int main(int argc, char** argv) {
 				run<B, 256, 1, 4, 4, 2, false, 3>(S, 3, " (backend c0)");
 				run<B, 128, 1, 8, 4, 2, false, 6>(S, 6);
 				run<B, 256, 1, 4, 6, 2, false, 3>(S, 3);
+				release(S);
+			}
+		}
+		if (want("next")) {
+			// Prefetch inside a block: with S == R every slot is reduced at
+			// once and the next rows' loads wait for the whole group (the
+			// c8 geometry of run 16); S = 2R keeps R rows in flight.
+			{
+				Shape S{16384, 4096, 2};
+				setup(S);
+				run<B, 128, 4, 8, 2, 2, true, 4>(S, 4, " (c8)");
+				run<B, 128, 4, 8, 2, 1, true, 4>(S, 4);
+				run<B, 256, 2, 8, 4, 2, true, 2>(S, 2);
+				run<B, 256, 2, 8, 4, 1, true, 2>(S, 2);
+				run<B, 256, 2, 8, 2, 1, true, 3>(S, 3);
+				release(S);
+			}
+			{
+				Shape S{32768, 8192, 2};
+				setup(S);
+				run<B, 256, 4, 8, 2, 2, true, 2>(S, 2, " (c8)");
+				run<B, 256, 4, 8, 2, 1, true, 2>(S, 2);
+				run<B, 512, 2, 8, 4, 2, true, 1>(S, 1);
+				release(S);
+			}
+			{
+				Shape S{16384, 2048, 2};
+				setup(S);
+				run<B, 256, 1, 8, 4, 2, false, 3>(S, 3, " (c7)");
+				run<B, 128, 2, 8, 4, 2, true, 4>(S, 4);
 				release(S);
 			}
 		}
