@@ -45,7 +45,9 @@ func selfCheckJobs() []computetest.Job {
 // for whatever GPU the host has, and only some GPUs are ever tested: a
 // compiler or device that computes wrong values is refused here, at start,
 // with the job, its dtypes and the first wrong element named, instead of
-// writing wrong gradients. RMSGRAD_CUDA_SELFCHECK=0 skips it.
+// writing wrong gradients. Both failures wrap compute.ErrUnsupported, so
+// backend: auto moves on to the CPU (saying why) and backend: cuda stops
+// the worker at start. RMSGRAD_CUDA_SELFCHECK=0 skips it.
 func (b *Backend) selfCheck(ctx context.Context) error {
 	if os.Getenv("RMSGRAD_CUDA_SELFCHECK") == "0" {
 		return nil
@@ -54,7 +56,7 @@ func (b *Backend) selfCheck(ctx context.Context) error {
 	jobs := selfCheckJobs()
 	outs, err := computetest.RunJobs(ctx, b, jobs, computetest.DXThenDW)
 	if err != nil {
-		return fmt.Errorf("cuda: self-check on %s: running %d jobs: %w", b.device, len(jobs), err)
+		return fmt.Errorf("cuda: self-check on %s: running %d jobs: %w (%w)", b.device, len(jobs), err, compute.ErrUnsupported)
 	}
 	for i, j := range jobs {
 		if err := j.Check(outs[i]); err != nil {
