@@ -41,7 +41,8 @@ func selfCheckJobs() []computetest.Job {
 
 // selfCheck runs selfCheckJobs on the backend, in one command buffer, and
 // compares each output with the float64 oracle (computetest.Job.Check: the
-// tolerance of the conformance suite). The kernels are compiled at Open
+// tolerance of the conformance suite), then runs them again recorded in
+// the reverse order and requires the same bits. The kernels are compiled at Open
 // for whatever GPU the host has, and only some GPUs are ever tested: a
 // compiler or device that computes wrong values is refused here, at start,
 // with the job, its dtypes and the first wrong element named, instead of
@@ -53,17 +54,39 @@ func (b *Backend) selfCheck(ctx context.Context) error {
 		return nil
 	}
 	t0 := time.Now()
+	if err := selfCheck(ctx, b, b.device); err != nil {
+		return err
+	}
+	b.selfCheckTime = time.Since(t0)
+	return nil
+}
+
+// selfCheck is the check of (*Backend).selfCheck on any backend (the tests
+// run it on the CPU backend and on broken ones).
+func selfCheck(ctx context.Context, b compute.Backend, device string) error {
 	jobs := selfCheckJobs()
 	outs, err := computetest.RunJobs(ctx, b, jobs, computetest.DXThenDW)
 	if err != nil {
-		return fmt.Errorf("cuda: self-check on %s: running %d jobs: %w (%w)", b.device, len(jobs), err, compute.ErrUnsupported)
+		return fmt.Errorf("cuda: self-check on %s: running %d jobs: %w (%w)", device, len(jobs), err, compute.ErrUnsupported)
 	}
 	for i, j := range jobs {
 		if err := j.Check(outs[i]); err != nil {
 			return fmt.Errorf("cuda: self-check on %s: job %dx%d %s: %w (the kernels compiled for this GPU compute wrong values; RMSGRAD_CUDA_SELFCHECK=0 skips this check): %w",
-				b.device, j.Rows, j.Dim, j.Mix, err, compute.ErrUnsupported)
+				device, j.Rows, j.Dim, j.Mix, err, compute.ErrUnsupported)
 		}
 	}
-	b.selfCheckTime = time.Since(t0)
+	// The same jobs recorded in the reverse order (other table entries,
+	// other blocks) must give the same bits: a race or an order that
+	// depends on the batch shows here.
+	again, err := computetest.RunJobs(ctx, b, jobs, computetest.Reversed)
+	if err != nil {
+		return fmt.Errorf("cuda: self-check on %s: running %d jobs again: %w (%w)", device, len(jobs), err, compute.ErrUnsupported)
+	}
+	for i, j := range jobs {
+		if d := computetest.BitsEqual(outs[i], again[i]); d != "" {
+			return fmt.Errorf("cuda: self-check on %s: job %dx%d %s gives other bits when the batch is recorded in another order: %s (RMSGRAD_CUDA_SELFCHECK=0 skips this check): %w",
+				device, j.Rows, j.Dim, j.Mix, d, compute.ErrUnsupported)
+		}
+	}
 	return nil
 }

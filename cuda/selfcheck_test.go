@@ -1,9 +1,14 @@
 package cuda
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/cpu"
 )
 
 // The self-check Open runs covers every rows kernel (each fused class and
@@ -66,5 +71,55 @@ func TestSelfCheckCoversKernels(t *testing.T) {
 	}
 	if elems > 3<<20 {
 		t.Errorf("the self-check holds %d elements; keep it small (it runs at every Open)", elems)
+	}
+}
+
+// broken wraps a backend and damages its outputs after each Execute: flip
+// changes one bit of the first DX output of every command buffer; drift
+// does so only on every other command buffer (results that depend on the
+// run, as a race gives).
+type broken struct {
+	compute.Backend
+	flip, drift bool
+	n           int
+}
+
+func (b *broken) Execute(ctx context.Context, ops []compute.Op) (time.Duration, error) {
+	d, err := b.Backend.Execute(ctx, ops)
+	b.n++
+	if err != nil || !(b.flip || b.drift && b.n%2 == 0) {
+		return d, err
+	}
+	for _, o := range ops {
+		if o.Kind == compute.OpDX {
+			o.DX.Bytes()[1] ^= 0x40 // a bit of the first element's mantissa
+			break
+		}
+	}
+	return d, nil
+}
+
+// The self-check passes on a correct backend (the CPU's) and refuses,
+// with compute.ErrUnsupported and the job named, one whose values are
+// wrong and one whose bits change from run to run.
+func TestSelfCheckRefusesWrongBackends(t *testing.T) {
+	ctx := context.Background()
+	good := cpu.New()
+	defer good.Close()
+	if err := selfCheck(ctx, good, "cpu"); err != nil {
+		t.Fatalf("the CPU backend fails the self-check: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		be   *broken
+		want string
+	}{
+		{"wrong values", &broken{Backend: good, flip: true}, "job 3x1024"},
+		{"bits that change", &broken{Backend: good, drift: true}, "gives other bits"},
+	} {
+		err := selfCheck(ctx, c.be, "test GPU")
+		if err == nil || !errors.Is(err, compute.ErrUnsupported) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "test GPU") {
+			t.Errorf("%s: self-check = %v; want an ErrUnsupported naming %q and the device", c.name, err, c.want)
+		}
 	}
 }
