@@ -215,7 +215,7 @@ func open() (*Backend, error) {
 		}
 	}
 	// Classes that keep w and the dw sums in shared memory may need more
-	// than the default 48 KiB of it (c7: 64 KiB at 8192).
+	// than the default 48 KiB of it (c8: 64 KiB at 8192).
 	for c, fc := range fusedClasses {
 		if n := fc.wsBytes(fc.maxThreads); n > 0 {
 			if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+shaders.CUDARowsFusedKernels[c]+")", d.cuFuncSetAttribute(b.fnRows[kFused0+c], funcAttrMaxDynSmem, int32(n))); err != nil {

@@ -432,6 +432,14 @@ func TestPlanDTypes(t *testing.T) {
 				t.Errorf("%s, stages<=%d: types %#x, kernel %d, stages %d, %d threads; want %#x, %d, %d, %d",
 					c.name, maxStages, e.types(), e.kernel(), e.stages, e.threads, c.types, k, st, th)
 			}
+			// c4 and c8 keep w and the dw sums in shared memory.
+			wantSmem := st * 8 * dim
+			if k == kFused0+4 || k == kFused0+8 {
+				wantSmem = 8 * dim
+			}
+			if got := e.smemBytes(); got != wantSmem {
+				t.Errorf("%s, stages<=%d: %d bytes of shared memory; want %d", c.name, maxStages, got, wantSmem)
+			}
 		}
 	}
 	// At 4096 the fused kernels: for a shared IO type, not for a mix.
