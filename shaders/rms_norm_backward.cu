@@ -26,10 +26,11 @@
 // round-to-nearest intrinsic so the compiler cannot contract or reorder
 // differently between variants.
 //
-// Determinism: the reduction order of a row depends only on dim (the host
-// picks the block size T from dim alone; thread t owns 4-element chunks t,
-// t+T, ...; each thread sums its chunks in order, then a fixed
-// xor-butterfly per warp, then a butterfly over the warp sums). dw partials
+// Determinism: the reduction order of a row depends only on dim and x's
+// dtype (the host picks the block size T and the chunk width CW from them
+// alone: CW is 4 elements for F32 x, 8 for BF16 and F16 x; thread t owns
+// chunks t, t+T, ...; each thread sums its chunks' elements in order, then
+// a fixed xor-butterfly per warp, then a butterfly over the warp sums). dw partials
 // are per row group ([G, dim], the group count a function of rows, dim and
 // the device only, rows inside a group summed in order) and
 // rms_norm_dw_reduce_f32 adds the G partials of each column in a fixed tree
@@ -40,8 +41,8 @@
 // Dtypes: x, w, dy, dx and dw are each F32, BF16 or F16 (the job entry's
 // types word); r and the dw partials are F32 and all arithmetic is float32
 // in the same order whatever the dtypes. A half input element is widened
-// exactly as it is loaded (4-element chunks as for F32: one 8-byte vector
-// load for 4 halfs where a float4 load takes 16 bytes), and a half output
+// exactly as it is loaded (chunks of 8 halfs: one 16-byte load, as a
+// float4 load is for a chunk of 4 floats), and a half output
 // is the float32 result rounded once to nearest even as it is stored
 // (bf16: integer rounding, with the NaN rule of compute/half; f16: PTX
 // cvt.rn.f16.f32, NaN as compute/half). The rows code is compiled for the
@@ -435,11 +436,12 @@ __device__ __forceinline__ void store_dw(const Job& J, int grp, int e, int dim, 
 	}
 }
 
-// Chunk<IO> is 4 elements of a row as the register path holds them between
-// their load and their use: F32 (and T_ANY, widened as loaded) as 4 floats,
-// BF16 and F16 as loaded, two to a 32-bit word, widened when used, so a row
-// of halfs takes half the registers and twice the rows fit in flight.
-// Elements past dim are 0.
+// Chunk<IO> is a piece of 4 elements of a row (a chunk of rows_regs is one
+// or two pieces) as the register path holds them between their load and
+// their use: F32 (and T_ANY, widened as loaded) as 4 floats, BF16 and F16
+// as loaded, two to a 32-bit word, widened when used, so a row of halfs
+// takes half the registers and twice the rows fit in flight. Elements past
+// dim are 0.
 template <int IO>
 struct Chunk {
 	float f[4];
