@@ -68,9 +68,10 @@ type Node struct {
 	password string
 	tls      *tls.Config
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	log *syncBuffer
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited (its Wait returned)
+	log  *syncBuffer
 }
 
 // Cluster is a running cluster. Nodes are in creation order: the first
@@ -90,6 +91,26 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if opt.Masters == 0 {
 		opt.Masters = 3
 	}
+	// The ports are free when chosen and taken by the nodes moments later;
+	// another process (a test's server elsewhere on the machine) may take
+	// one in between. Node.Start sees that (ErrPortTaken): start again on
+	// other ports.
+	for attempt := 1; ; attempt++ {
+		c, err := start(ctx, opt)
+		if err == nil || !errors.Is(err, ErrPortTaken) || attempt == 5 {
+			return c, err
+		}
+		for i := range opt.Masters * (1 + opt.Replicas) {
+			os.RemoveAll(filepath.Join(opt.Dir, fmt.Sprintf("node-%d", i)))
+		}
+	}
+}
+
+// ErrPortTaken is Node.Start's error when another process answers on the
+// node's port (or holds its cluster bus port, so the node exits).
+var ErrPortTaken = errors.New("rediscluster: the node's port is taken by another process")
+
+func start(ctx context.Context, opt Options) (*Cluster, error) {
 	if opt.NodeTimeout == 0 {
 		opt.NodeTimeout = 2 * time.Second
 	}
@@ -104,25 +125,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		args := []string{"--port", strconv.Itoa(port)}
-		if opt.TLS != nil {
-			args = []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cluster", "yes", "--tls-replication", "yes",
-				"--tls-cert-file", opt.TLS.CertFile, "--tls-key-file", opt.TLS.KeyFile, "--tls-ca-cert-file", opt.TLS.CAFile,
-				"--tls-auth-clients", "no"}
-		}
-		if opt.Password != "" {
-			args = append(args, "--requirepass", opt.Password, "--masterauth", opt.Password)
-		}
-		args = append(args, "--bind", "127.0.0.1", "--dir", dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(int(opt.NodeTimeout/time.Millisecond)),
-			"--save", "", "--appendonly", "no", "--protected-mode", "no")
-		args = append(args, opt.Extra...)
-		nd := &Node{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bin: opt.Server, args: args, log: &syncBuffer{},
-			password: opt.Password}
-		if opt.TLS != nil {
-			nd.tls = opt.TLS.Client
-		}
+		nd := newNode(opt, port, dir)
 		c.Nodes = append(c.Nodes, nd)
 		if err := nd.Start(); err != nil {
 			c.Close()
@@ -150,6 +153,31 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// newNode is the node of a cluster started with opt, on port, its data in
+// dir (not started).
+func newNode(opt Options, port int, dir string) *Node {
+	args := []string{"--port", strconv.Itoa(port)}
+	if opt.TLS != nil {
+		args = []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cluster", "yes", "--tls-replication", "yes",
+			"--tls-cert-file", opt.TLS.CertFile, "--tls-key-file", opt.TLS.KeyFile, "--tls-ca-cert-file", opt.TLS.CAFile,
+			"--tls-auth-clients", "no"}
+	}
+	if opt.Password != "" {
+		args = append(args, "--requirepass", opt.Password, "--masterauth", opt.Password)
+	}
+	args = append(args, "--bind", "127.0.0.1", "--dir", dir,
+		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", strconv.Itoa(int(opt.NodeTimeout/time.Millisecond)),
+		"--save", "", "--appendonly", "no", "--protected-mode", "no")
+	args = append(args, opt.Extra...)
+	nd := &Node{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bin: opt.Server, args: args, log: &syncBuffer{},
+		password: opt.Password}
+	if opt.TLS != nil {
+		nd.tls = opt.TLS.Client
+	}
+	return nd
 }
 
 // Addrs returns every node's address (masters and replicas), the seed list
@@ -381,16 +409,39 @@ func (n *Node) Start() error {
 		return fmt.Errorf("rediscluster: start %s: %w", n.bin, err)
 	}
 	n.cmd = cmd
+	n.done = make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(n.done)
+	// Ready when the server on the port is this process: its INFO names
+	// our pid. Another process there (the port was taken after it was
+	// chosen), or ours exiting (a port it could not bind), is ErrPortTaken.
+	pid := fmt.Sprintf("process_id:%d\r\n", cmd.Process.Pid)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		conn, err := net.DialTimeout("tcp", n.Addr, 200*time.Millisecond)
+		select {
+		case <-n.done:
+			n.cmd = nil
+			log := n.log.String()
+			if strings.Contains(log, "Address already in use") {
+				return fmt.Errorf("%w: %s exited at start on %s; log:\n%s", ErrPortTaken, n.bin, n.Addr, log)
+			}
+			return fmt.Errorf("rediscluster: %s exited at start on %s; log:\n%s", n.bin, n.Addr, log)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := n.Do(ctx, "INFO", "server")
+		cancel()
 		if err == nil {
-			conn.Close()
-			return nil
+			if str, ok := info.(string); ok && strings.Contains(str, pid) {
+				return nil
+			}
+			_ = cmd.Process.Kill()
+			<-n.done
+			n.cmd = nil
+			return fmt.Errorf("%w: another server answers on %s", ErrPortTaken, n.Addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("rediscluster: %s did not listen on %s within 30s; log:\n%s", n.bin, n.Addr, n.log.String())
+	return fmt.Errorf("rediscluster: %s did not answer on %s within 30s; log:\n%s", n.bin, n.Addr, n.log.String())
 }
 
 // Kill sends SIGKILL and waits for the process to end.
@@ -401,7 +452,7 @@ func (n *Node) Kill() {
 		return
 	}
 	_ = n.cmd.Process.Kill()
-	_ = n.cmd.Wait()
+	<-n.done
 	n.cmd = nil
 }
 
@@ -413,13 +464,11 @@ func (n *Node) Stop() {
 		return
 	}
 	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-n.done:
 	case <-time.After(5 * time.Second):
 		_ = n.cmd.Process.Kill()
-		<-done
+		<-n.done
 	}
 	n.cmd = nil
 }
