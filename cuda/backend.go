@@ -389,6 +389,18 @@ func storeCubin(dir, key string, c []byte) {
 	_ = os.Remove(f.Name())
 }
 
+// compileOpts are NVRTC's options for part p of the kernels for arch (no
+// RMS_PART option for p < 0).
+func compileOpts(arch string, p int) []string {
+	opts := []string{"--gpu-architecture=" + arch, "--std=c++17", "-lineinfo"}
+	if p >= 0 {
+		opts = append(opts, fmt.Sprintf("-DRMS_PART=%d", p))
+	}
+	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
+	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
+	return append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
+}
+
 // compileKernels compiles part p of shaders.CUDASource (RMS_PART=p) for
 // b.arch and returns its cubin.
 func (b *Backend) compileKernels(p int) ([]byte, error) {
@@ -401,10 +413,7 @@ func (b *Backend) compileKernels(p int) ([]byte, error) {
 		return nil, nvErr("nvrtcCreateProgram", r)
 	}
 	defer nv.nvrtcDestroyProgram(&prog)
-	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo", fmt.Sprintf("-DRMS_PART=%d", p)}
-	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
-	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
-	opts = append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
+	opts := compileOpts(b.arch, p)
 	cstr := make([][]byte, len(opts))
 	ptrs := make([]*byte, len(opts))
 	for i, o := range opts {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -270,12 +271,34 @@ func nvrtcCandidates() []string {
 	return c
 }
 
+// preloadBuiltins loads the libnvrtc-builtins beside lib, when lib is a
+// path: libnvrtc opens its builtins library by name at compile time, which
+// the loader finds only on its search path, unless a library of that name
+// is loaded already. A toolkit unpacked anywhere (Debian's libnvrtc11.2
+// package extracted without installing it, as scripts/nvrtc.sh does) then
+// works without LD_LIBRARY_PATH.
+func preloadBuiltins(lib string) {
+	if !strings.Contains(lib, "/") {
+		return
+	}
+	m, _ := filepath.Glob(filepath.Join(filepath.Dir(lib), "libnvrtc-builtins.so*"))
+	for _, b := range m {
+		if _, err := purego.Dlopen(b, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+			return
+		}
+	}
+}
+
 // loadNVRTC opens the first loadable libnvrtc and binds it.
-func loadNVRTC() (*nvrtcAPI, string, error) {
+func loadNVRTC() (*nvrtcAPI, string, error) { return loadNVRTCFrom(nvrtcCandidates()) }
+
+// loadNVRTCFrom opens the first loadable libnvrtc of cands and binds it.
+func loadNVRTCFrom(cands []string) (*nvrtcAPI, string, error) {
 	var lib uintptr
 	var name string
 	var errs []error
-	for _, cand := range nvrtcCandidates() {
+	for _, cand := range cands {
+		preloadBuiltins(cand)
 		l, err := purego.Dlopen(cand, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err == nil {
 			lib, name = l, cand

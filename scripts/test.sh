@@ -21,6 +21,9 @@ command -v redis-server >/dev/null || apt_install redis-server
 command -v redis-cli >/dev/null || apt_install redis-tools # redis-cli --cluster create joins the test clusters
 command -v g++ >/dev/null || apt_install g++
 command -v clang++-19 >/dev/null || apt_install clang-19 # the CUDA kernels through a CUDA front end (cuda.TestKernelsCompile)
+# NVRTC, CUDA's own compiler, for cuda.TestKernelsNVRTC: Debian's libnvrtc
+# (CUDA 11.8) unpacked into a cache, not installed (no GPU needed).
+export RMSGRAD_TEST_NVRTC="$(scripts/nvrtc.sh)"
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || apt_install python3-numpy
 # The half-precision interop test (cmd/enqueue TestTorchInterop) and the
 # Python client's end-to-end tests (cmd/gateway) compare with torch autograd.

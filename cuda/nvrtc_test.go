@@ -1,0 +1,173 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rmsgrad/rmsgrad/shaders"
+)
+
+// TestKernelsNVRTC compiles every program of the kernels (kernelParts) with
+// NVRTC, through the backend's own compileKernels (its options, its
+// RMS_PART split), for sm_90 (H100, H200) and sm_80 (A100), on a machine
+// with no GPU: NVRTC needs no device. It takes RMSGRAD_TEST_NVRTC (make
+// test sets it to scripts/nvrtc.sh's unpacking of Debian's libnvrtc, CUDA
+// 11.8; a variable of its own, so that the backend's tests on a GPU host
+// keep the host's NVRTC), else the library the backend would load, and
+// RMSGRAD_REQUIRE_SERVERS=1 makes its absence a failure. From each cubin it
+// reads what the driver would report of each kernel and checks what Open
+// and the planner take for granted:
+//   - each program holds exactly its part's kernels;
+//   - each fused class's launch bounds are the Go table's (fusedClasses:
+//     block size), and at the registers and shared memory the compiler gave
+//     it (w and the dw sums included for c4 and c8) the class's blocks per
+//     multiprocessor fit, as its launch bounds promise;
+//   - the w-in-shared-memory classes' dynamic shared memory, which Open
+//     sets as the kernel's limit, is within the architecture's opt-in
+//     maximum, and the general kernel's static shared memory within
+//     smemReserve (Open gives it the opt-in maximum less that; more, and
+//     the driver refuses the attribute: CUDA_ERROR_INVALID_VALUE);
+//   - the reduction's block is rowsThreads, and the general kernel takes
+//     the block of every class (it runs a class's dims apart with the same
+//     block, for the same bits).
+//
+// Registers and local memory per kernel are logged; with
+// RMSGRAD_CUDA_RESOURCES=file.md they are also written as a table. Local
+// memory is not asserted: it depends on the compiler's version, and the
+// GPU hosts run a newer NVRTC than the one here (TestOpen logs theirs).
+func TestKernelsNVRTC(t *testing.T) {
+	cands := nvrtcCandidates()
+	if p := os.Getenv("RMSGRAD_TEST_NVRTC"); p != "" {
+		cands = []string{p}
+	}
+	nv, lib, err := loadNVRTCFrom(cands)
+	if err != nil {
+		if os.Getenv("RMSGRAD_REQUIRE_SERVERS") == "1" {
+			t.Fatalf("NVRTC is required (RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) unpacks one): %v", err)
+		}
+		t.Skipf("no NVRTC here (RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) unpacks Debian's): %v", err)
+	}
+	var major, minor int32
+	nv.nvrtcVersion(&major, &minor)
+	t.Logf("NVRTC %d.%d from %s", major, minor, lib)
+
+	archs := []string{"sm_90", "sm_80"}
+	parts := kernelParts()
+	type result struct {
+		cubin []byte
+		err   error
+		took  time.Duration
+	}
+	res := make(map[string][]result, len(archs))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, arch := range archs {
+		res[arch] = make([]result, len(parts))
+		b := &Backend{nv: nv, arch: arch}
+		for p := range parts {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				t0 := time.Now()
+				c, err := b.compileKernels(p)
+				mu.Lock()
+				res[arch][p] = result{c, err, time.Since(t0)}
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+
+	var table strings.Builder
+	fmt.Fprintf(&table, "NVRTC %d.%d, `%s`: registers per thread and local memory per thread (bytes) of each kernel\n\n| kernel | block (launch bounds) |", major, minor, strings.Join(compileOpts("ARCH", -1), " "))
+	for _, arch := range archs {
+		fmt.Fprintf(&table, " %s registers | %s local |", arch, arch)
+	}
+	table.WriteString("\n|---|---|" + strings.Repeat("---|---|", len(archs)) + "\n")
+	rowsOf := map[string][]string{}
+	var names []string
+
+	for _, arch := range archs {
+		lim := archLimits[arch]
+		kernels := map[string]*kernelRes{}
+		for p, want := range parts {
+			r := res[arch][p]
+			if r.err != nil {
+				t.Errorf("%s, RMS_PART=%d: %v", arch, p, r.err)
+				continue
+			}
+			got, err := parseCubin(r.cubin, lim.inSection)
+			if err != nil {
+				t.Errorf("%s, RMS_PART=%d: reading the cubin: %v", arch, p, err)
+				continue
+			}
+			var have []string
+			for name, k := range got {
+				have = append(have, name)
+				kernels[name] = k
+			}
+			if !sameSet(have, want) {
+				t.Errorf("%s, RMS_PART=%d: the cubin holds %v; want %v", arch, p, have, want)
+			}
+			t.Logf("%s, RMS_PART=%d: compiled in %v", arch, p, r.took.Round(time.Millisecond))
+		}
+		gen := kernels[shaders.CUDARowsKernel]
+		for c, name := range shaders.CUDARowsFusedKernels {
+			k, fc := kernels[name], fusedClasses[c]
+			if k == nil {
+				continue
+			}
+			if k.MaxThreads != fc.maxThreads {
+				t.Errorf("%s: %s has launch bounds of %d threads; fusedClasses[%d] says %d", arch, name, k.MaxThreads, c, fc.maxThreads)
+			}
+			dyn := fc.wsBytes(fc.maxThreads)
+			if occ := lim.occupancy(k, fc.maxThreads, dyn); occ < fc.minBlocks {
+				t.Errorf("%s: %s at %d threads, %d registers, %d+%d bytes of shared memory: %d blocks a multiprocessor; the class promises %d",
+					arch, name, fc.maxThreads, k.Regs, k.Shared, dyn, occ, fc.minBlocks)
+			}
+			if k.Shared+dyn > lim.smemOptin {
+				t.Errorf("%s: %s needs %d+%d bytes of shared memory a block; the opt-in maximum is %d", arch, name, k.Shared, dyn, lim.smemOptin)
+			}
+			if gen != nil && gen.MaxThreads < fc.maxThreads {
+				t.Errorf("%s: the general kernel's launch bounds (%d threads) are under class c%d's block (%d): it could not run that class's dims apart",
+					arch, gen.MaxThreads, c, fc.maxThreads)
+			}
+		}
+		if gen != nil && gen.Shared > smemReserve {
+			t.Errorf("%s: the general kernel has %d bytes of static shared memory; Open sets its dynamic limit to the opt-in maximum less %d (smemReserve), which the driver then refuses",
+				arch, gen.Shared, smemReserve)
+		}
+		if red := kernels[shaders.CUDAReduceKernel]; red != nil && red.MaxThreads != rowsThreads {
+			t.Errorf("%s: the dw reduction's launch bounds are %d threads; it is launched with rowsThreads (%d)", arch, red.MaxThreads, rowsThreads)
+		}
+		for _, part := range parts {
+			for _, name := range part {
+				k := kernels[name]
+				if k == nil {
+					continue
+				}
+				if _, ok := rowsOf[name]; !ok {
+					names = append(names, name)
+					rowsOf[name] = []string{fmt.Sprint(k.MaxThreads)}
+				}
+				rowsOf[name] = append(rowsOf[name], fmt.Sprint(k.Regs), fmt.Sprint(k.Local))
+				t.Logf("%s %-36s %3d registers (cap %3d), %4d bytes local, %5d bytes static shared, launch bounds %d threads",
+					arch, name, k.Regs, k.MaxRegs, k.Local, k.Shared, k.MaxThreads)
+			}
+		}
+	}
+	if path := os.Getenv("RMSGRAD_CUDA_RESOURCES"); path != "" {
+		for _, name := range names {
+			fmt.Fprintf(&table, "| %s | %s |\n", name, strings.Join(rowsOf[name], " | "))
+		}
+		if err := os.WriteFile(path, []byte(table.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

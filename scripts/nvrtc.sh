@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Prints the path of a libnvrtc that the CUDA backend's compile can load on
+# a machine without a GPU or a CUDA toolkit (cuda.TestKernelsNVRTC compiles
+# the kernels with it; NVRTC needs no device). It unpacks Debian 12's
+# libnvrtc11.2 and libnvrtc-builtins11.8 packages (CUDA 11.8, from the
+# non-free component) into a cache directory, once, without installing them
+# and without touching the system's apt sources: apt reads a private source
+# list into private lists. Needs apt-get and dpkg-deb (Debian, Ubuntu).
+#
+#   RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) go test -run TestKernelsNVRTC ./cuda/
+set -euo pipefail
+
+dir=${RMSGRAD_NVRTC_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rmsgrad/nvrtc-debian12}
+lib=$dir/libnvrtc.so.11.2
+if [ -f "$lib" ] && [ -f "$dir/libnvrtc-builtins.so.11.8" ]; then
+	echo "$lib"
+	exit 0
+fi
+command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
+	echo "nvrtc.sh: needs apt-get and dpkg-deb" >&2
+	exit 1
+}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/lists/partial" "$tmp/archives/partial" "$tmp/x"
+cat >"$tmp/sources.list" <<'SRC'
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free
+SRC
+apt_opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+	-o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp" -o "Dir::Cache::archives=$tmp/archives"
+	-o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
+apt-get "${apt_opts[@]}" -qq update >&2
+(cd "$tmp" && apt-get "${apt_opts[@]}" -qq download libnvrtc11.2 libnvrtc-builtins11.8 >&2)
+for deb in "$tmp"/*.deb; do
+	echo "nvrtc.sh: unpacking $(basename "$deb")" >&2
+	dpkg-deb -x "$deb" "$tmp/x"
+done
+mkdir -p "$dir"
+cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/libnvrtc* "$dir/"
+test -f "$lib" && test -f "$dir/libnvrtc-builtins.so.11.8" || {
+	echo "nvrtc.sh: the packages did not hold $lib and its builtins" >&2
+	exit 1
+}
+echo "$lib"
