@@ -128,22 +128,23 @@ func RedisDo(t testing.TB, s *Server, auth []string, args ...string) any {
 func Sentinel(t testing.TB, master *Server, masterName, masterAuth string) *Server {
 	t.Helper()
 	bin := Binary(t, "RMSGRAD_REDIS_SERVER", "redis-server")
-	port := FreePort(t)
 	dir := t.TempDir()
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
-		"sentinel monitor %s 127.0.0.1 %d 1\n"+
-		"sentinel down-after-milliseconds %s 60000\n"+
-		"sentinel failover-timeout %s 180000\n",
-		port, dir, masterName, master.Port, masterName, masterName)
-	if masterAuth != "" {
-		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", masterName, masterAuth)
-	}
 	// Sentinel rewrites its config file, so it lives in the data directory.
 	path := filepath.Join(dir, "sentinel.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := start(t, bin, port, dir, []string{path, "--sentinel"})
+	s := start(t, bin, dir, func(port int) []string {
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
+			"sentinel monitor %s 127.0.0.1 %d 1\n"+
+			"sentinel down-after-milliseconds %s 60000\n"+
+			"sentinel failover-timeout %s 180000\n",
+			port, dir, masterName, master.Port, masterName, masterName)
+		if masterAuth != "" {
+			conf += fmt.Sprintf("sentinel auth-pass %s %s\n", masterName, masterAuth)
+		}
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{path, "--sentinel"}
+	})
 	want := master.Addr
 	deadline := time.Now().Add(15 * time.Second)
 	for {

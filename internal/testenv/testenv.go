@@ -12,6 +12,7 @@ package testenv
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -74,6 +75,10 @@ type Server struct {
 	t    testing.TB
 	// ready, when set, says whether the server answers (beyond listening).
 	ready func() bool
+	// done is closed when the running process has exited (one goroutine
+	// waits for it); exitErr is then Wait's error.
+	done    chan struct{}
+	exitErr error
 }
 
 // Log returns what the server printed so far.
@@ -85,13 +90,11 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.done:
 	case <-time.After(5 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-done
+		<-s.done
 	}
 	s.cmd = nil
 }
@@ -102,15 +105,28 @@ func (s *Server) Kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 
 // Start (re)starts a stopped server on the same port and directory.
 func (s *Server) Start() {
 	s.t.Helper()
+	if err := s.launch(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// errPortTaken: the server's port was taken by another process between
+// FreePort and the server's bind.
+var errPortTaken = errors.New("port taken by another process")
+
+// launch starts the process and waits until it serves on its port; an
+// error wraps errPortTaken when the port turned out to be another
+// process's.
+func (s *Server) launch() error {
 	if s.cmd != nil {
-		return
+		return nil
 	}
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Dir = s.Dir
@@ -121,37 +137,121 @@ func (s *Server) Start() {
 	}
 	cmd.SysProcAttr = procattr.Child()
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("testenv: start %s: %v", s.bin, err)
+		return fmt.Errorf("testenv: start %s: %w", s.bin, err)
 	}
 	s.cmd = cmd
-	waitPort(s.t, s.Addr, 30*time.Second, s)
+	done := make(chan struct{})
+	s.done = done
+	go func() { s.exitErr = cmd.Wait(); close(done) }()
+	return s.waitReady(30 * time.Second)
 }
 
-func waitPort(t testing.TB, addr string, d time.Duration, s *Server) {
-	t.Helper()
+// waitReady waits until the server's own process listens on its port and
+// answers (ready). A port that answers while the listening socket belongs
+// to another process, or a server that exits saying the address is in use,
+// is errPortTaken (the server is stopped then).
+func (s *Server) waitReady(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		select {
+		case <-s.done:
+			s.cmd = nil
+			err := fmt.Errorf("testenv: %s exited before serving on %s (%v); log:\n%s", s.bin, s.Addr, s.exitErr, s.Log())
+			if strings.Contains(strings.ToLower(s.Log()), "address already in use") {
+				return fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
+		default:
+		}
+		c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
+			if owned, known := listenerOwnedBy(s.cmd.Process.Pid, s.Port); known && !owned {
+				// Not ours yet, or not ours at all: ours exits when its
+				// bind fails, and is given until the deadline otherwise.
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
 			if s.ready == nil || s.ready() {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("testenv: %s did not listen on %s within %v; log:\n%s", s.bin, addr, d, s.Log())
+	owned, known := listenerOwnedBy(s.cmd.Process.Pid, s.Port)
+	s.Kill()
+	if known && !owned {
+		return fmt.Errorf("%w: %s: another process listens on %s; log:\n%s", errPortTaken, s.bin, s.Addr, s.Log())
+	}
+	return fmt.Errorf("testenv: %s did not serve on %s within %v; log:\n%s", s.bin, s.Addr, d, s.Log())
 }
 
-func start(t testing.TB, bin string, port int, dir string, args []string, setup ...func(*Server)) *Server {
-	t.Helper()
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, log: &bytes.Buffer{}, args: args, bin: bin, t: t}
-	for _, f := range setup {
-		f(s)
+// listenerOwnedBy reports whether the socket listening on TCP port port
+// is one of process pid's open files; known is false where /proc cannot
+// tell (not Linux, or no listener seen), and the dial alone is trusted. A
+// process whose open files cannot be read owns nothing.
+func listenerOwnedBy(pid, port int) (owned, known bool) {
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			fs := strings.Fields(line)
+			if len(fs) < 10 || fs[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fs[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port {
+				inodes["socket:["+fs[9]+"]"] = true
+			}
+		}
 	}
-	s.Start()
-	t.Cleanup(s.Stop)
-	return s
+	if len(inodes) == 0 {
+		return false, false
+	}
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return false, true // exited (a zombie has no open files) or not ours to read
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil && inodes[l] {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// pickPort chooses the port of a server start (FreePort; tests of start
+// replace it).
+var pickPort = FreePort
+
+// start starts bin in dir on a free port with argsFor(port) as its command
+// line, and stops it when the test ends. A port taken by another process
+// between FreePort and the server's bind makes it start again on another
+// port, up to 5 times.
+func start(t testing.TB, bin, dir string, argsFor func(port int) []string, setup ...func(*Server)) *Server {
+	t.Helper()
+	var err error
+	for range 5 {
+		port := pickPort(t)
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, log: &bytes.Buffer{}, args: argsFor(port), bin: bin, t: t}
+		for _, f := range setup {
+			f(s)
+		}
+		if err = s.launch(); err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+		t.Logf("testenv: %v; starting %s on another port", err, bin)
+	}
+	t.Fatal(err)
+	return nil
 }
 
 // Redis starts a redis-server on a free port. Extra args are appended to
@@ -159,11 +259,11 @@ func start(t testing.TB, bin string, port int, dir string, args []string, setup 
 func Redis(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := Binary(t, "RMSGRAD_REDIS_SERVER", "redis-server")
-	port := FreePort(t)
 	dir := t.TempDir()
-	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--protected-mode", "no"}, extra...)
-	return start(t, bin, port, dir, args)
+	return start(t, bin, dir, func(port int) []string {
+		return append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--protected-mode", "no"}, extra...)
+	})
 }
 
 // S3 is a running S3 server (versitygw or MinIO) with its credentials and
@@ -232,7 +332,6 @@ func (s *S3) Endpoint() string { return s.Addr }
 func Versitygw(t testing.TB, buckets ...string) *S3 {
 	t.Helper()
 	bin := Binary(t, "RMSGRAD_VERSITYGW", "versitygw")
-	port := FreePort(t)
 	root := t.TempDir()
 	for _, b := range buckets {
 		if err := os.MkdirAll(filepath.Join(root, b), 0o755); err != nil {
@@ -240,8 +339,9 @@ func Versitygw(t testing.TB, buckets ...string) *S3 {
 		}
 	}
 	ak, sk := "rmsgradtest", "rmsgradtestsecret"
-	args := []string{"--access", ak, "--secret", sk, "--port", "127.0.0.1:" + strconv.Itoa(port), "posix", root}
-	s := start(t, bin, port, root, args)
+	s := start(t, bin, root, func(port int) []string {
+		return []string{"--access", ak, "--secret", sk, "--port", "127.0.0.1:" + strconv.Itoa(port), "posix", root}
+	})
 	return &S3{Server: s, Kind: "versitygw", AccessKey: ak, SecretKey: sk, Root: root}
 }
 
@@ -251,20 +351,19 @@ func Versitygw(t testing.TB, buckets ...string) *S3 {
 func MinIO(t testing.TB, buckets []string, extraEnv ...string) *S3 {
 	t.Helper()
 	bin := Binary(t, "RMSGRAD_MINIO", "minio")
-	port := FreePort(t)
 	root := t.TempDir()
 	ak, sk := "rmsgradtest", "rmsgradtestsecret"
-	addr := "127.0.0.1:" + strconv.Itoa(port)
 	// The console (a second listener) is off; MINIO_CI_CD keeps it from
 	// refusing a drive that is not a mount of its own.
 	env := append([]string{"MINIO_ROOT_USER=" + ak, "MINIO_ROOT_PASSWORD=" + sk, "MINIO_BROWSER=off",
 		"MINIO_UPDATE=off", "MINIO_CI_CD=1"}, extraEnv...)
-	args := []string{"server", "--quiet", "--address", addr, filepath.Join(root, "data")}
-	s := start(t, bin, port, root, args, func(s *Server) {
+	s := start(t, bin, root, func(port int) []string {
+		return []string{"server", "--quiet", "--address", "127.0.0.1:" + strconv.Itoa(port), filepath.Join(root, "data")}
+	}, func(s *Server) {
 		s.env = env
 		s.ready = func() bool {
 			c := &http.Client{Timeout: time.Second}
-			resp, err := c.Get("http://" + addr + "/minio/health/ready")
+			resp, err := c.Get("http://" + s.Addr + "/minio/health/ready")
 			if err != nil {
 				return false
 			}

@@ -108,12 +108,12 @@ func NewTLS(t testing.TB) *TLSFiles {
 func RedisTLS(t testing.TB, f *TLSFiles, extra ...string) *Server {
 	t.Helper()
 	bin := Binary(t, "RMSGRAD_REDIS_SERVER", "redis-server")
-	port := FreePort(t)
 	dir := t.TempDir()
-	args := append([]string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile, "--tls-ca-cert-file", f.CAFile,
-		"--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--protected-mode", "no"}, extra...)
-	s := start(t, bin, port, dir, args)
+	s := start(t, bin, dir, func(port int) []string {
+		return append([]string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile, "--tls-ca-cert-file", f.CAFile,
+			"--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--protected-mode", "no"}, extra...)
+	})
 	// A TCP connect is not a TLS handshake: prove the port speaks TLS with
 	// this CA before the test relies on it.
 	deadline := time.Now().Add(10 * time.Second)
@@ -148,7 +148,6 @@ func VersitygwTLS(t testing.TB, f *TLSFiles, buckets ...string) *S3 {
 func VersitygwWith(t testing.TB, o VersitygwOptions, buckets ...string) *S3 {
 	t.Helper()
 	bin := Binary(t, "RMSGRAD_VERSITYGW", "versitygw")
-	port := FreePort(t)
 	root := t.TempDir()
 	for _, b := range buckets {
 		if err := os.MkdirAll(filepath.Join(root, b), 0o755); err != nil {
@@ -158,11 +157,12 @@ func VersitygwWith(t testing.TB, o VersitygwOptions, buckets ...string) *S3 {
 	if o.AccessKey == "" {
 		o.AccessKey, o.SecretKey = "rmsgradtlstest", "rmsgradtlstestsecret"
 	}
-	args := []string{"--access", o.AccessKey, "--secret", o.SecretKey, "--port", "127.0.0.1:" + strconv.Itoa(port)}
-	if o.TLS != nil {
-		args = append(args, "--cert", o.TLS.CertFile, "--key", o.TLS.KeyFile)
-	}
-	args = append(args, "posix", root)
-	s := start(t, bin, port, root, args)
+	s := start(t, bin, root, func(port int) []string {
+		args := []string{"--access", o.AccessKey, "--secret", o.SecretKey, "--port", "127.0.0.1:" + strconv.Itoa(port)}
+		if o.TLS != nil {
+			args = append(args, "--cert", o.TLS.CertFile, "--key", o.TLS.KeyFile)
+		}
+		return append(args, "posix", root)
+	})
 	return &S3{Server: s, AccessKey: o.AccessKey, SecretKey: o.SecretKey, Root: root}
 }
