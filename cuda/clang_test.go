@@ -16,12 +16,14 @@ import (
 // CUDA front end, clang's (no CUDA toolkit: testdata/clang_cuda_shim.h
 // declares the built-ins NVRTC provides), for sm_80 and sm_90 device code,
 // as one program and as each NVRTC program the backend compiles
-// (kernelParts: RMS_PART=n must keep exactly that part's kernels). CI has
-// no GPU and no NVRTC; this is what catches device code that does not
+// (kernelParts: RMS_PART=n must keep exactly that part's kernels), and
+// with the benchmark variants' inline PTX. CI has no GPU; this and
+// TestKernelsNVRTC (CUDA's own compiler) catch device code that does not
 // compile as CUDA (a host function called from a kernel, a template that
 // only g++'s host compile of TestKernelsOnCPU accepts) before a GPU host
-// does. make test installs clang-19 (RMSGRAD_CLANG names another);
-// RMSGRAD_REQUIRE_SERVERS=1 makes its absence a failure.
+// does, through two front ends and in seconds. make test installs
+// clang-19 (RMSGRAD_CLANG names another); RMSGRAD_REQUIRE_SERVERS=1
+// makes its absence a failure.
 func TestKernelsCompile(t *testing.T) {
 	clang := os.Getenv("RMSGRAD_CLANG")
 	if clang == "" {
@@ -56,7 +58,7 @@ func TestKernelsCompile(t *testing.T) {
 	for _, p := range parts {
 		all = append(all, p...)
 	}
-	compile := func(arch string, part int) []string {
+	compile := func(arch string, part int, defs ...string) []string {
 		t.Helper()
 		ptx := filepath.Join(t.TempDir(), "out.ptx")
 		args := []string{"-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=" + arch, "-nocudainc", "-nocudalib",
@@ -64,6 +66,7 @@ func TestKernelsCompile(t *testing.T) {
 		if part >= 0 {
 			args = append(args, fmt.Sprintf("-DRMS_PART=%d", part))
 		}
+		args = append(args, defs...)
 		out, err := exec.Command(path, args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s, %s, part %d: %v\n%s", clang, arch, part, err, out)
@@ -87,6 +90,10 @@ func TestKernelsCompile(t *testing.T) {
 		if got := compile("sm_90", p); !sameSet(got, want) {
 			t.Errorf("RMS_PART=%d: kernels %v; want %v", p, got, want)
 		}
+	}
+	// The benchmark variants' inline PTX (RMSGRAD_CUDA_NVRTC_OPTS).
+	if got := compile("sm_90", -1, "-DRMS_GLOBAL_STORES", "-DRMS_VOLATILE_LOADS"); !sameSet(got, all) {
+		t.Errorf("with RMS_GLOBAL_STORES and RMS_VOLATILE_LOADS: kernels %v; want %v", got, all)
 	}
 }
 
