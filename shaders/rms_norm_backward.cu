@@ -121,27 +121,27 @@ struct Job {
 // it emits generic stores (ST in the SASS), where a kernel that takes its
 // pointers as parameters gets global ones (STG). No kernel reads back
 // what it stored, so the asm needs no memory clobber.
-__device__ __forceinline__ void st_f4(float* p, float4 v) {
+// The default is the plain stores, written as macros so that the code is
+// the same as without them (an inline function taking the value made NVRTC
+// 11.8 spill 16 bytes in c8).
 #if defined(RMS_GLOBAL_STORES) && !defined(RMS_EMU)
+__device__ __forceinline__ void stg_f4(float* p, float4 v) {
 	asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
-#else
-	*reinterpret_cast<float4*>(p) = v;
-#endif
 }
-__device__ __forceinline__ void st_u2(void* p, uint2 v) {
-#if defined(RMS_GLOBAL_STORES) && !defined(RMS_EMU)
+__device__ __forceinline__ void stg_u2(unsigned short* p, uint2 v) {
 	asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
-#else
-	*reinterpret_cast<uint2*>(p) = v;
-#endif
 }
-__device__ __forceinline__ void st_u4(void* p, uint4 v) {
-#if defined(RMS_GLOBAL_STORES) && !defined(RMS_EMU)
+__device__ __forceinline__ void stg_u4(unsigned short* p, uint4 v) {
 	asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-#else
-	*reinterpret_cast<uint4*>(p) = v;
-#endif
 }
+#define ST_F4(p, v) stg_f4((p), (v))
+#define ST_U2(p, v) stg_u2((p), (v))
+#define ST_U4(p, v) stg_u4((p), (v))
+#else
+#define ST_F4(p, v) (*reinterpret_cast<float4*>(p) = (v))
+#define ST_U2(p, v) (*reinterpret_cast<uint2*>(p) = (v))
+#define ST_U4(p, v) (*reinterpret_cast<uint4*>(p) = (v))
+#endif
 
 // RMS_VOLATILE_LOADS (a benchmark variant, RMSGRAD_CUDA_NVRTC_OPTS) issues
 // the 16- and 8-byte input loads as volatile asm, so that the compiler
@@ -179,7 +179,7 @@ __device__ __forceinline__ void load4rw(const float* p, int e, int dim, bool vec
 
 __device__ __forceinline__ void store4(float* p, int e, int dim, bool vec, const float v[4]) {
 	if (vec) {
-		st_f4(p + e, make_float4(v[0], v[1], v[2], v[3]));
+		ST_F4(p + e, make_float4(v[0], v[1], v[2], v[3]));
 	} else {
 #pragma unroll
 		for (int q = 0; q < 4; q++)
@@ -319,7 +319,7 @@ __device__ __forceinline__ void storeT(void* p, int e, int dim, bool vec, const 
 	} else {
 		unsigned short* h = (unsigned short*)p;
 		if (vec) {
-			st_u2(h + e, make_uint2(narrow2<T>(v[0], v[1]), narrow2<T>(v[2], v[3])));
+			ST_U2(h + e, make_uint2(narrow2<T>(v[0], v[1]), narrow2<T>(v[2], v[3])));
 		} else {
 #pragma unroll
 			for (int q = 0; q < 4; q++)
@@ -740,7 +740,7 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 							if constexpr (HALF && CW == 8) {
 								if (vec16) {
 									if (c < nch)
-										st_u4((unsigned short*)dxr + c * 8,
+										ST_U4((unsigned short*)dxr + c * 8,
 										      make_uint4(narrow2<IO>(o[0][0], o[0][1]), narrow2<IO>(o[0][2], o[0][3]),
 										                 narrow2<IO>(o[1][0], o[1][1]), narrow2<IO>(o[1][2], o[1][3])));
 									continue;
