@@ -36,8 +36,9 @@ type result struct {
 	took  time.Duration
 }
 
-// checkSASS disassembles the fused classes' sm_90 code with cuobjdump
-// (beside the libnvrtc, as scripts/nvrtc.sh leaves it, or on PATH) and
+// checkSASS disassembles the fused classes' sm_90 code with cuobjdump and
+// nvdisasm (beside the libnvrtc, as scripts/nvrtc.sh leaves them, or on
+// PATH) and
 // checks the property the half-precision rate rests on: every row chunk
 // moves in one 16-byte access. Each class's kernel must hold at least
 // 2*S*K 16-byte global loads (x and dy, for the S rows in registers of K
@@ -47,7 +48,13 @@ type result struct {
 // on the H200, against 83-91% in 16-byte loads.
 func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string) {
 	t.Helper()
+	// cuobjdump runs nvdisasm for sm_90 code: NVDISASM_PATH points at the
+	// one beside it.
 	tool := filepath.Join(filepath.Dir(lib), "cuobjdump")
+	env := os.Environ()
+	if _, err := os.Stat(filepath.Join(filepath.Dir(lib), "nvdisasm")); err == nil {
+		env = append(env, "NVDISASM_PATH="+filepath.Dir(lib))
+	}
 	if _, err := os.Stat(tool); err != nil {
 		if tool, err = exec.LookPath("cuobjdump"); err != nil {
 			if os.Getenv("RMSGRAD_REQUIRE_SERVERS") == "1" {
@@ -65,14 +72,18 @@ func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string) {
 	}
 	op := regexp.MustCompile(`\b(LDG|STG|ST)\.E(\.[A-Z0-9]+)*`)
 	for p, names := range parts {
-		if p >= len(cubins) || cubins[p].err != nil {
+		if p >= len(cubins) || cubins[p].err != nil || !slices.ContainsFunc(names, func(n string) bool {
+			return slices.Contains(shaders.CUDARowsFusedKernels[:], n)
+		}) {
 			continue
 		}
 		f := filepath.Join(t.TempDir(), "k.cubin")
 		if err := os.WriteFile(f, cubins[p].cubin, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(tool, "-sass", f).CombinedOutput()
+		cmd := exec.Command(tool, "-sass", f)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s -sass (RMS_PART=%d): %v\n%s", tool, p, err, out)
 		}

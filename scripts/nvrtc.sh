@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Prints the path of a libnvrtc that the CUDA backend's compile can load on
 # a machine without a GPU or a CUDA toolkit (cuda.TestKernelsNVRTC compiles
-# the kernels with it; NVRTC needs no device), with cuobjdump beside it
-# (the test reads the kernels' SASS with it). It unpacks Debian 12's
-# libnvrtc11.2 and libnvrtc-builtins11.8 packages and the cuobjdump of
-# nvidia-cuda-toolkit (CUDA 11.8, from the non-free component) into a cache
+# the kernels with it; NVRTC needs no device), with cuobjdump and nvdisasm
+# beside it (the test reads the kernels' SASS with them). It unpacks Debian 12's
+# libnvrtc11.2 and libnvrtc-builtins11.8 packages and the cuobjdump and
+# nvdisasm of nvidia-cuda-toolkit (CUDA 11.8, from the non-free component) into a cache
 # directory, once, without installing them and without touching the
 # system's apt sources: apt reads a private source list into private
 # lists. Needs apt-get and dpkg-deb (Debian, Ubuntu).
@@ -14,7 +14,7 @@ set -euo pipefail
 
 dir=${RMSGRAD_NVRTC_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rmsgrad/nvrtc-debian12}
 lib=$dir/libnvrtc.so.11.2
-if [ -f "$lib" ] && [ -f "$dir/libnvrtc-builtins.so.11.8" ] && [ -x "$dir/cuobjdump" ]; then
+if [ -f "$lib" ] && [ -f "$dir/libnvrtc-builtins.so.11.8" ] && [ -x "$dir/cuobjdump" ] && [ -x "$dir/nvdisasm" ]; then
 	echo "$lib"
 	exit 0
 fi
@@ -38,13 +38,14 @@ for deb in "$tmp"/libnvrtc*.deb; do
 	echo "nvrtc.sh: unpacking $(basename "$deb")" >&2
 	dpkg-deb -x "$deb" "$tmp/x"
 done
-# Of the toolkit (84 MB), only cuobjdump (0.5 MB, libc alone).
-echo "nvrtc.sh: taking cuobjdump from $(basename "$tmp"/nvidia-cuda-toolkit_*.deb)" >&2
-dpkg-deb --fsys-tarfile "$tmp"/nvidia-cuda-toolkit_*.deb | tar -x -C "$tmp/x" ./usr/bin/cuobjdump
+# Of the toolkit (84 MB), only cuobjdump and the nvdisasm it runs for
+# SASS (libc alone).
+echo "nvrtc.sh: taking cuobjdump and nvdisasm from $(basename "$tmp"/nvidia-cuda-toolkit_*.deb)" >&2
+dpkg-deb --fsys-tarfile "$tmp"/nvidia-cuda-toolkit_*.deb | tar -x -C "$tmp/x" ./usr/bin/cuobjdump ./usr/bin/nvdisasm
 mkdir -p "$dir"
-cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/libnvrtc* "$tmp/x/usr/bin/cuobjdump" "$dir/"
-test -f "$lib" && test -f "$dir/libnvrtc-builtins.so.11.8" && test -x "$dir/cuobjdump" || {
-	echo "nvrtc.sh: the packages did not hold $lib, its builtins and cuobjdump" >&2
+cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/libnvrtc* "$tmp/x/usr/bin/cuobjdump" "$tmp/x/usr/bin/nvdisasm" "$dir/"
+test -f "$lib" && test -f "$dir/libnvrtc-builtins.so.11.8" && test -x "$dir/cuobjdump" && test -x "$dir/nvdisasm" || {
+	echo "nvrtc.sh: the packages did not hold $lib, its builtins, cuobjdump and nvdisasm" >&2
 	exit 1
 }
 echo "$lib"
