@@ -163,13 +163,16 @@ class Client:
     # ---- jobs on tensors -------------------------------------------------
 
     def submit(self, *, x: TensorLike, w: TensorLike, dy: TensorLike, eps: float = 1e-6,
-               outputs: Optional[Sequence[str]] = None, id: Optional[str] = None) -> Job:
+               outputs: Optional[Sequence[str]] = None, id: Optional[str] = None,
+               grad_dtype: Optional[str] = None) -> Job:
         """Upload x [..., D], w [D] and dy (x's shape) as one safetensors
-        object and post the job. Arrays keep their dtype (float32 now;
-        float16 and bfloat16 travel as F16 and BF16 for workers that take
-        them). Returns the Job; ``wait()`` returns dx and dw of the same
-        kind (numpy or torch) as x."""
-        return self.submit_many([dict(x=x, w=w, dy=dy, eps=eps, outputs=outputs, id=id)])[0]
+        object and post the job. Arrays keep their dtype (float32, float16
+        and bfloat16 travel as F32, F16 and BF16). dx comes back in x's
+        dtype and dw in w's, as autograd gives them, unless ``grad_dtype``
+        ("F32", "BF16" or "F16") names one dtype for both (F32 for a dw
+        summed over many microbatches). Returns the Job; ``wait()`` returns
+        dx and dw of the same kind (numpy or torch) as x."""
+        return self.submit_many([dict(x=x, w=w, dy=dy, eps=eps, outputs=outputs, id=id, grad_dtype=grad_dtype)])[0]
 
     def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> List[Job]:
         """Post many jobs, each a mapping of submit()'s arguments, with one
@@ -185,41 +188,42 @@ class Client:
     def _submit_chunk(self, specs: List[Mapping[str, Any]]) -> List[Job]:
         prepared = []
         for i, s in enumerate(specs):
-            unknown = set(s) - {"x", "w", "dy", "eps", "outputs", "id"}
+            unknown = set(s) - {"x", "w", "dy", "eps", "outputs", "id", "grad_dtype"}
             if unknown:
                 raise TypeError(f"job {i}: unknown arguments {sorted(unknown)}")
             kind = arrays.kind_of(s["x"])
             ts = {n: arrays.to_raw(s[n], n) for n in ("x", "w", "dy")}
-            prepared.append((s.get("id") or _new_id(), kind, ts, s.get("eps", 1e-6), s.get("outputs")))
+            prepared.append((s.get("id") or _new_id(), kind, ts, s.get("eps", 1e-6), s.get("outputs"), s.get("grad_dtype")))
         ups = self._api("POST", "/v1/uploads", {"count": len(prepared)})["uploads"]
 
         def put(k: int) -> None:
-            jid, _, ts, _, _ = prepared[k]
+            jid, _, ts, _, _, _ = prepared[k]
             self._put(ups[k], encode(ts), f"job {jid}: inputs")
 
         list(self._exec.map(put, range(len(prepared))))
         items = []
-        for (jid, _, _, eps, outs), up in zip(prepared, ups):
+        for (jid, _, _, eps, outs, gd), up in zip(prepared, ups):
             obj = up["uri"]
-            items.append((jid, _job(obj + "#x", obj + "#w", obj + "#dy", up["out"], eps, outs)))
+            items.append((jid, _job(obj + "#x", obj + "#w", obj + "#dy", up["out"], eps, outs, gd)))
         return self._submit_batch(items, [p[1] for p in prepared])
 
     # ---- jobs on URIs (standard library only) ---------------------------
 
     def submit_uris(self, *, x: str, w: str, dy: str, out: str, eps: float = 1e-6,
-                    outputs: Optional[Sequence[str]] = None, id: Optional[str] = None) -> Job:
+                    outputs: Optional[Sequence[str]] = None, id: Optional[str] = None,
+                    grad_dtype: Optional[str] = None) -> Job:
         """Post a job on tensors already in the workers' storage (URIs such
         as s3://bucket/key#name). With ``id``, posting the same job again is
         a no-op, and another job under a taken id raises RmsgradError with
-        code "id_conflict"."""
-        return self.submit_uris_many([dict(x=x, w=w, dy=dy, out=out, eps=eps, outputs=outputs, id=id)])[0]
+        code "id_conflict". ``grad_dtype`` as for submit()."""
+        return self.submit_uris_many([dict(x=x, w=w, dy=dy, out=out, eps=eps, outputs=outputs, id=id, grad_dtype=grad_dtype)])[0]
 
     def submit_uris_many(self, jobs: Iterable[Mapping[str, Any]]) -> List[Job]:
         """Post many jobs on URIs (submit_uris's arguments each) in batch
         requests. Raises BatchError when some are refused."""
         items = []
         for s in jobs:
-            items.append((s.get("id") or _new_id(), _job(s["x"], s["w"], s["dy"], s["out"], s.get("eps", 1e-6), s.get("outputs"))))
+            items.append((s.get("id") or _new_id(), _job(s["x"], s["w"], s["dy"], s["out"], s.get("eps", 1e-6), s.get("outputs"), s.get("grad_dtype"))))
         out: List[Job] = []
         for i in range(0, len(items), MAX_BATCH):
             chunk = items[i : i + MAX_BATCH]
@@ -381,10 +385,14 @@ class Client:
         return doc
 
 
-def _job(x: str, w: str, dy: str, out: str, eps: float, outputs: Optional[Sequence[str]]) -> Dict[str, Any]:
+def _job(x: str, w: str, dy: str, out: str, eps: float, outputs: Optional[Sequence[str]],
+         grad_dtype: Optional[str] = None) -> Dict[str, Any]:
     j: Dict[str, Any] = {"v": 1, "x": x, "w": w, "dy": dy, "out": out, "eps": float(eps)}
     if outputs:
         j["outputs"] = list(outputs)
+    if grad_dtype:
+        # Spelt as safetensors spells dtypes; the gateway refuses others.
+        j["grad_dtype"] = grad_dtype
     return j
 
 

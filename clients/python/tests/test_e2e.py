@@ -119,6 +119,28 @@ class GatewayTest(unittest.TestCase):
             self.assertLessEqual((res.dx.double() - want_dx).abs().max().item(), 8 * tol * want_dx.abs().max().item())
             self.assertLessEqual((res.dw.double() - want_dw).abs().max().item(), 8 * tol * want_dw.abs().max().item())
 
+    def test_grad_dtype_f32_for_half_inputs(self):
+        # BF16 inputs with grad_dtype F32: both gradients come back F32, the
+        # float32 results before any rounding to BF16, so closer to float64
+        # autograd than the BF16 ones; a dtype spelt otherwise is refused
+        # before anything is enqueued, naming the field.
+        x, w, dy = inputs((4, 64), dtype=torch.bfloat16, seed=7)
+        job = self.c.submit(x=x, w=w, dy=dy, eps=1e-5, grad_dtype="F32")
+        enqueued(job.id)
+        res = job.wait(timeout=300)
+        self.assertEqual(res.dx.dtype, torch.float32, "grad_dtype F32: dx comes back F32")
+        self.assertEqual(res.dw.dtype, torch.float32, "grad_dtype F32: dw comes back F32")
+        # Within 8 * 2^-16 of the largest gradient: float32 arithmetic is
+        # far inside it, values rounded to BF16 (relative error up to 2^-9)
+        # are not.
+        want_dx, want_dw, _ = autograd(x.double(), w.double(), dy.double(), 1e-5)
+        tol = 2.0 ** -16
+        self.assertLessEqual((res.dx.double() - want_dx).abs().max().item(), 8 * tol * want_dx.abs().max().item())
+        self.assertLessEqual((res.dw.double() - want_dw).abs().max().item(), 8 * tol * want_dw.abs().max().item())
+        with self.assertRaises(rmsgrad.RmsgradError) as cm:
+            self.c.submit(x=x, w=w, dy=dy, eps=1e-5, grad_dtype="f32")
+        self.assertError(cm, "invalid_job", 400, "grad_dtype")
+
     def test_submit_uris_idempotent_and_taken_id(self):
         prefix = ENV["RMSGRAD_TEST_PREFIX"]
         x, w, dy = inputs((2, 128), seed=5)
