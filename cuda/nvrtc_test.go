@@ -46,7 +46,10 @@ type result struct {
 // compiled for (F32, or BF16 and F16). Rows loaded 8 bytes at a time, as
 // half rows were before, held the bf16 classes at 70-73% of a device copy
 // on the H200, against 83-91% in 16-byte loads.
-func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string) {
+//
+// globalStores: the cubins are the RMS_GLOBAL_STORES variant's, whose
+// 16-byte stores must all be global ones (STG, none generic).
+func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string, globalStores bool) {
 	t.Helper()
 	// cuobjdump runs nvdisasm for sm_90 code: NVDISASM_PATH points at the
 	// one beside it.
@@ -117,14 +120,23 @@ func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string) {
 				dtypes = 2 // BF16 and F16
 			}
 			k := counts[name]
-			var ld16, st16 int
+			var ld16, st16, generic16 int
 			for o, n := range k {
 				switch {
 				case strings.HasPrefix(o, "LDG.E.128"):
 					ld16 += n
-				case strings.HasPrefix(o, "ST.E.128"), strings.HasPrefix(o, "STG.E.128"):
+				case strings.HasPrefix(o, "ST.E.128"):
+					st16 += n
+					generic16 += n
+				case strings.HasPrefix(o, "STG.E.128"):
 					st16 += n
 				}
+			}
+			if globalStores {
+				if generic16 > 0 || st16 < fc.k*dtypes {
+					t.Errorf("%s with RMS_GLOBAL_STORES: %d 16-byte stores, %d of them generic; want at least %d, all global (STG)", name, st16, generic16, fc.k*dtypes)
+				}
+				continue
 			}
 			t.Logf("sm_90 %s: %d 16-byte loads, %d 16-byte stores (global loads and stores: %v)", name, ld16, st16, k)
 			if want := 2 * S * fc.k * dtypes; ld16 < want {
@@ -163,7 +175,9 @@ func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string) {
 //
 // With cuobjdump (beside the libnvrtc, as scripts/nvrtc.sh leaves it, or
 // on PATH; required under RMSGRAD_REQUIRE_SERVERS=1) it also checks the
-// fused classes' SASS (checkSASS). Registers and local memory per kernel
+// fused classes' SASS (checkSASS), and that the RMS_GLOBAL_STORES
+// benchmark variant compiles with global 16-byte stores only. Registers
+// and local memory per kernel
 // are logged; with
 // RMSGRAD_CUDA_RESOURCES=file.md they are also written as a table. Local
 // memory is asserted only under NVRTC 11.8 (localBudget118): it depends on
@@ -291,7 +305,32 @@ func TestKernelsNVRTC(t *testing.T) {
 			}
 		}
 	}
-	checkSASS(t, lib, res["sm_90"], parts)
+	checkSASS(t, lib, res["sm_90"], parts, false)
+	// The RMS_GLOBAL_STORES variant (a benchmark knob): it compiles, and
+	// its 16-byte stores are global ones.
+	if os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS") == "" {
+		t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "-DRMS_GLOBAL_STORES")
+		b := &Backend{nv: nv, arch: "sm_90"}
+		vres := make([]result, len(parts))
+		var vwg sync.WaitGroup
+		for p, names := range parts {
+			if !slices.ContainsFunc(names, func(n string) bool { return slices.Contains(shaders.CUDARowsFusedKernels[:], n) }) {
+				vres[p].err = fmt.Errorf("not compiled")
+				continue
+			}
+			vwg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				c, err := b.compileKernels(p)
+				vres[p] = result{cubin: c, err: err}
+				if err != nil {
+					t.Errorf("RMS_GLOBAL_STORES, RMS_PART=%d: %v", p, err)
+				}
+			})
+		}
+		vwg.Wait()
+		checkSASS(t, lib, vres, parts, true)
+	}
 	if path := os.Getenv("RMSGRAD_CUDA_RESOURCES"); path != "" {
 		for _, name := range names {
 			fmt.Fprintf(&table, "| %s | %s |\n", name, strings.Join(rowsOf[name], " | "))
