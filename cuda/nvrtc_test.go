@@ -38,9 +38,8 @@ type result struct {
 
 // checkSASS disassembles the fused classes' sm_90 code with cuobjdump and
 // nvdisasm (beside the libnvrtc, as scripts/nvrtc.sh leaves them, or on
-// PATH) and
-// checks the property the half-precision rate rests on: every row chunk
-// moves in one 16-byte access. Each class's kernel must hold at least
+// PATH) and checks the property the half-precision rate rests on: every
+// row chunk moves in one 16-byte access. Each class's kernel must hold at least
 // 2*S*K 16-byte global loads (x and dy, for the S rows in registers of K
 // chunks a thread) and K 16-byte stores (dx) for each row dtype it is
 // compiled for (F32, or BF16 and F16). Rows loaded 8 bytes at a time, as
@@ -176,9 +175,9 @@ func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string, glob
 // With cuobjdump (beside the libnvrtc, as scripts/nvrtc.sh leaves it, or
 // on PATH; required under RMSGRAD_REQUIRE_SERVERS=1) it also checks the
 // fused classes' SASS (checkSASS), and that the RMS_GLOBAL_STORES
-// benchmark variant compiles with global 16-byte stores only. Registers
-// and local memory per kernel
-// are logged; with
+// benchmark variant compiles with global 16-byte stores only.
+//
+// Registers and local memory per kernel are logged; with
 // RMSGRAD_CUDA_RESOURCES=file.md they are also written as a table. Local
 // memory is asserted only under NVRTC 11.8 (localBudget118): it depends on
 // the compiler's version, and the GPU hosts run a newer NVRTC than the
