@@ -109,8 +109,23 @@ func Decode(payload []byte) (Job, error) {
 	if err := j.Validate(); err != nil {
 		return Job{}, err
 	}
+	// The limit holds for the job's encoding (Payload) too, which escapes
+	// what the payload may have carried raw (<, > and & become six bytes
+	// each, invalid UTF-8 three): a job accepted here always re-encodes to
+	// a payload accepted here. An encoding grows at most six times, so
+	// only long payloads are encoded to check.
+	if len(payload) > MaxPayloadBytes/maxEncodingGrowth {
+		if b, err := json.Marshal(&j); err == nil && len(b) > MaxPayloadBytes {
+			return Job{}, fieldErr("payload", "%d bytes as encoded (%d as sent), limit %d", len(b), len(payload), MaxPayloadBytes)
+		}
+	}
 	return j, nil
 }
+
+// maxEncodingGrowth bounds how many times longer encoding/json's encoding
+// of a decoded payload can be than the payload: a raw '<' becomes the six
+// bytes \u003c.
+const maxEncodingGrowth = 6
 
 // decodeSlow is the reference decoder, on encoding/json: it reports every
 // way a payload can be malformed. Decode runs it when decodeFast does not
@@ -252,12 +267,17 @@ func (j *Job) WantOutputs() []string {
 	return out
 }
 
-// Payload encodes the job.
+// Payload encodes the job; an encoding over MaxPayloadBytes is an
+// ErrInvalidJob error (workers would refuse it).
 func (j *Job) Payload() ([]byte, error) {
 	if j.V == 0 {
 		j.V = Version
 	}
-	return json.Marshal(j)
+	b, err := json.Marshal(j)
+	if err == nil && len(b) > MaxPayloadBytes {
+		return nil, fieldErr("payload", "%d bytes as encoded, limit %d", len(b), MaxPayloadBytes)
+	}
+	return b, err
 }
 
 // Sign sets Sig to the HMAC-SHA256 of the payload with Sig empty.

@@ -91,6 +91,40 @@ func fieldOf(fe *FieldError) string {
 	return fe.Field
 }
 
+// The payload limit holds for a job's encoding too: a payload under the
+// limit whose URIs carry characters that encoding/json escapes (here '<',
+// six bytes encoded) is refused when its encoding is over it, and Payload
+// refuses to produce such an encoding; one whose encoding fits round-trips.
+func TestPayloadLimitAsEncoded(t *testing.T) {
+	mk := func(n int) []byte {
+		return []byte(`{"v":1,"x":"s3://b/` + strings.Repeat("<", n) + `#x","w":"s3://b/w#w","dy":"s3://b/dy#dy","out":"s3://b/o","eps":1e-5}`)
+	}
+	over := mk(3000) // about 3.1 KB as sent, 18 KB encoded
+	if len(over) > MaxPayloadBytes {
+		t.Fatalf("test payload is %d bytes; want it under the limit as sent", len(over))
+	}
+	_, err := Decode(over)
+	if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), "as encoded") {
+		t.Fatalf("Decode of a payload whose encoding is over the limit: %v; want an invalid-job error naming the encoded size", err)
+	}
+	j := Job{X: "s3://b/" + strings.Repeat("<", 3000) + "#x", W: "s3://b/w#w", DY: "s3://b/dy#dy", Out: "s3://b/o", Eps: 1e-5}
+	if _, err := j.Payload(); !errors.Is(err, ErrInvalidJob) {
+		t.Fatalf("Payload of a job encoding over the limit: %v; want ErrInvalidJob", err)
+	}
+	under := mk(2000) // 12 KB encoded
+	j2, err := Decode(under)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	p, err := j2.Payload()
+	if err != nil {
+		t.Fatalf("Payload: %v", err)
+	}
+	if j3, err := Decode(p); err != nil || j3.X != j2.X {
+		t.Fatalf("round trip: %v, x %q vs %q", err, j3.X, j2.X)
+	}
+}
+
 func TestSignVerify(t *testing.T) {
 	key := []byte("k3y")
 	j, err := Decode([]byte(goodPayload))
