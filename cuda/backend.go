@@ -404,16 +404,21 @@ func compileOpts(arch string, p int) []string {
 // compileKernels compiles part p of shaders.CUDASource (RMS_PART=p) for
 // b.arch and returns its cubin.
 func (b *Backend) compileKernels(p int) ([]byte, error) {
+	return b.compileSource(shaders.CUDASource, shaders.CUDAFile, compileOpts(b.arch, p))
+}
+
+// compileSource compiles CUDA source src (named name in NVRTC's messages)
+// with NVRTC options opts and returns its cubin.
+func (b *Backend) compileSource(src, name string, opts []string) ([]byte, error) {
 	nv := b.nv
 	nvErr := func(call string, r int32) error {
 		return &DriverError{Call: call, Code: int(r), Name: nv.nvrtcGetErrorString(r), kind: compute.ErrDevice}
 	}
 	var prog uintptr
-	if r := nv.nvrtcCreateProgram(&prog, shaders.CUDASource, shaders.CUDAFile, 0, nil, nil); r != 0 {
+	if r := nv.nvrtcCreateProgram(&prog, src, name, 0, nil, nil); r != 0 {
 		return nil, nvErr("nvrtcCreateProgram", r)
 	}
 	defer nv.nvrtcDestroyProgram(&prog)
-	opts := compileOpts(b.arch, p)
 	cstr := make([][]byte, len(opts))
 	ptrs := make([]*byte, len(opts))
 	for i, o := range opts {
@@ -431,14 +436,14 @@ func (b *Backend) compileKernels(p int) ([]byte, error) {
 				log = strings.TrimRight(string(buf), "\x00")
 			}
 		}
-		return nil, fmt.Errorf("cuda: compiling %s for %s: %w\n%s", shaders.CUDAFile, b.arch, nvErr("nvrtcCompileProgram", r), log)
+		return nil, fmt.Errorf("cuda: compiling %s for %s: %w\n%s", name, b.arch, nvErr("nvrtcCompileProgram", r), log)
 	}
 	var n uintptr
 	if r := nv.nvrtcGetCUBINSize(prog, &n); r != 0 {
 		return nil, nvErr("nvrtcGetCUBINSize", r)
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("cuda: NVRTC produced no cubin for %s: %w", b.arch, compute.ErrUnsupported)
+		return nil, fmt.Errorf("cuda: NVRTC produced no cubin of %s for %s: %w", name, b.arch, compute.ErrUnsupported)
 	}
 	cubin := make([]byte, n)
 	if r := nv.nvrtcGetCUBIN(prog, &cubin[0]); r != 0 {

@@ -182,7 +182,11 @@ func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string, glob
 // memory is asserted only under NVRTC 11.8 (localBudget118): it depends on
 // the compiler's version, and the GPU hosts run a newer NVRTC than the
 // one here (TestOpen logs theirs).
-func TestKernelsNVRTC(t *testing.T) {
+// testNVRTC loads the NVRTC of RMSGRAD_TEST_NVRTC (or the usual places)
+// and returns it, its path and version; it skips the test without one
+// (fails it under RMSGRAD_REQUIRE_SERVERS=1).
+func testNVRTC(t *testing.T) (nv *nvrtcAPI, lib string, major, minor int32) {
+	t.Helper()
 	cands := nvrtcCandidates()
 	if p := os.Getenv("RMSGRAD_TEST_NVRTC"); p != "" {
 		cands = []string{p}
@@ -194,9 +198,13 @@ func TestKernelsNVRTC(t *testing.T) {
 		}
 		t.Skipf("no NVRTC here (RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) unpacks Debian's): %v", err)
 	}
-	var major, minor int32
 	nv.nvrtcVersion(&major, &minor)
 	t.Logf("NVRTC %d.%d from %s", major, minor, lib)
+	return nv, lib, major, minor
+}
+
+func TestKernelsNVRTC(t *testing.T) {
+	nv, lib, major, minor := testNVRTC(t)
 
 	archs := []string{"sm_90", "sm_80"}
 	parts := kernelParts()

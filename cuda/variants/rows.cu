@@ -14,6 +14,7 @@
 // rows + the dw reduce are timed against a device copy of the same bytes
 // (x, dy read, dx written in the element type; w read, dw written in f32),
 // and each variant is checked against a float64 reference.
+#ifndef ROWS_EMU
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -33,6 +34,12 @@
 			exit(1);                                                                  \
 		}                                                                             \
 	} while (0)
+
+extern __shared__ float4 dsm[];
+#endif
+// ROWS_EMU: the device code alone, for cuda/variants/rows_emu.cpp, which
+// runs it on the CPU (cuda.TestVariantsOnCPU) with its own dsm, cp16,
+// cp_commit and cp_wait.
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -79,9 +86,13 @@ __device__ __forceinline__ void store_out(E* p, const float o[V]) {
 		unsigned int w[V / 2];
 #pragma unroll
 		for (int j = 0; j < V; j += 2) {
+#ifdef ROWS_EMU
+			w[j / 2] = bf16_rne(o[j]) | (bf16_rne(o[j + 1]) << 16);
+#else
 			unsigned int d;
 			asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(o[j + 1]), "f"(o[j]));
 			w[j / 2] = d;
+#endif
 		}
 		if constexpr (V == 4) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
 		else *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -96,7 +107,6 @@ __device__ __forceinline__ void body(const E* __restrict__ x, const float* __res
 	static_assert(S % R == 0, "R must divide S");
 	constexpr int W = T / 32;
 	__shared__ float red[2][2 * R][32];
-	extern __shared__ float4 dsm[];
 	float* sw = reinterpret_cast<float*>(dsm);
 	float* sdw = sw + dim;
 	const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -229,6 +239,161 @@ __global__ void __launch_bounds__(T, MINB) fusedJT(const Ptrs* __restrict__ p) {
 	body<E, T, K, V, S, R, WS>((const E*)P.x, P.w, (const E*)P.dy, (E*)P.dx, P.part, P.rows, P.dim, P.eps);
 }
 
+// A (asynchronous slots): x and dy rows land in P shared-memory slots by
+// 16-byte cp.async copies, each thread copying, waiting for and reading
+// only its own chunks (no barrier between a copy and its read), so P-R rows
+// stay in flight while R rows are reduced and written, and no register
+// holds a row between its load and its use: the rows are read from the
+// slots twice (the sums, then dx and dw). w and the dw sums stay in
+// registers (or in shared memory after the slots: WS). The same sums in
+// the same order as body, so the same bits at the same T and V.
+#ifndef ROWS_EMU
+__device__ __forceinline__ void cp16(void* s, const void* g) {
+	const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
+template <typename E, int T, int K, int V, int P, int R, bool WS>
+__device__ __forceinline__ void bodyA(const E* __restrict__ x, const float* __restrict__ w, const E* __restrict__ dy,
+                                      E* __restrict__ dx, float* __restrict__ part, int rows, int dim, float eps) {
+	static_assert(V * sizeof(E) == 16, "16-byte chunks");
+	static_assert(R < P && R <= 4, "R rows reduced while P-R are in flight");
+	constexpr int W = T / 32;
+	__shared__ float red[2][2 * R][32];
+	const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+	const int nch = dim / V;
+	const int G = gridDim.x, grp = blockIdx.x;
+	const int b1 = (rows - grp + G - 1) / G;
+	auto rowOf = [&](int b) { return (size_t)grp + (size_t)b * G; };
+	// Slot i: x at chunk offset i*2*nch, dy after it (16-byte chunks).
+	uint4* slots = reinterpret_cast<uint4*>(dsm);
+	float* sw = reinterpret_cast<float*>(slots + (size_t)P * 2 * nch);
+	float* sdw = sw + dim;
+	float wv[WS ? 1 : K][V], acc[WS ? 1 : K][V];
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		const int c = t + k * T;
+#pragma unroll
+		for (int j = 0; j < V; j++) {
+			const float wj = c < nch ? __ldg(w + c * V + j) : 0.0f;
+			if constexpr (WS) {
+				if (c < nch) sw[j * nch + c] = wj, sdw[j * nch + c] = 0.0f;
+			} else {
+				wv[k][j] = wj, acc[k][j] = 0.0f;
+			}
+		}
+	}
+	auto wget = [&](int k, int c, int j) {
+		if constexpr (WS) return sw[j * nch + c];
+		else return wv[k][j];
+	};
+	// issue copies row b into its slot (b % P) and commits one group, empty
+	// past the group's last row, so that every thread counts the same.
+	auto issue = [&](int b) {
+		if (b < b1) {
+			uint4* s = slots + (size_t)(b % P) * 2 * nch;
+			const E* xr = x + rowOf(b) * dim;
+			const E* dr = dy + rowOf(b) * dim;
+#pragma unroll
+			for (int k = 0; k < K; k++) {
+				const int c = t + k * T;
+				if (c < nch) {
+					cp16(s + c, xr + c * V);
+					cp16(s + nch + c, dr + c * V);
+				}
+			}
+		}
+		cp_commit();
+	};
+	auto chunk = [&](int b, int half, int c) {
+		Raw<E, V> r;
+		const uint4 u = slots[(size_t)(b % P) * 2 * nch + half * nch + c];
+		r.u[0] = u.x, r.u[1] = u.y, r.u[2] = u.z, r.u[3] = u.w;
+		return r;
+	};
+#pragma unroll
+	for (int i = 0; i < P; i++) issue(i);
+	int par = 0;
+	for (int bb = 0; bb < b1; bb += R) {
+		cp_wait<P - R>(); // rows bb .. bb+R-1 have landed (bb+P groups issued)
+		float ss[R], s[R];
+#pragma unroll
+		for (int q = 0; q < R; q++) {
+			ss[q] = 0.0f, s[q] = 0.0f;
+			if (bb + q < b1) {
+#pragma unroll
+				for (int k = 0; k < K; k++) {
+					const int c = t + k * T;
+					if (c < nch) {
+						const Raw<E, V> xa = chunk(bb + q, 0, c), da = chunk(bb + q, 1, c);
+#pragma unroll
+						for (int j = 0; j < V; j++) {
+							const float a = xa.get(j), d = da.get(j);
+							ss[q] = __fmaf_rn(a, a, ss[q]);
+							s[q] = __fmaf_rn(__fmul_rn(d, a), wget(k, c, j), s[q]);
+						}
+					}
+				}
+			}
+			ss[q] = warp_sum(ss[q]);
+			s[q] = warp_sum(s[q]);
+			if (lane == 0) red[par][2 * q][warp] = ss[q], red[par][2 * q + 1][warp] = s[q];
+		}
+		__syncthreads();
+#pragma unroll
+		for (int q = 0; q < R; q++) {
+			const int b = bb + q;
+			const float tss = warp_sum(lane < W ? red[par][2 * q][lane] : 0.0f);
+			const float ts = warp_sum(lane < W ? red[par][2 * q + 1][lane] : 0.0f);
+			if (b < b1) {
+				const float r = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(tss, (float)dim), eps)));
+				const float cc = __fdiv_rn(__fmul_rn(__fmul_rn(ts, r), r), (float)dim);
+#pragma unroll
+				for (int k = 0; k < K; k++) {
+					const int c = t + k * T;
+					if (c < nch) {
+						const Raw<E, V> xa = chunk(b, 0, c), da = chunk(b, 1, c);
+						float o[V];
+#pragma unroll
+						for (int j = 0; j < V; j++) {
+							const float a = xa.get(j), d = da.get(j);
+							o[j] = __fmul_rn(r, __fmaf_rn(-a, cc, __fmul_rn(d, wget(k, c, j))));
+							if constexpr (WS) sdw[j * nch + c] = __fmaf_rn(__fmul_rn(d, a), r, sdw[j * nch + c]);
+							else acc[k][j] = __fmaf_rn(__fmul_rn(d, a), r, acc[k][j]);
+						}
+						store_out<E, V>(dx + rowOf(b) * dim + c * V, o);
+					}
+				}
+			}
+		}
+		// This thread is done with rows bb .. bb+R-1: their slots take the
+		// rows P ahead.
+#pragma unroll
+		for (int q = 0; q < R; q++) issue(bb + q + P);
+		par ^= 1;
+	}
+	cp_wait<0>();
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		const int c = t + k * T;
+		if (c < nch)
+#pragma unroll
+			for (int j = 0; j < V; j++) part[(size_t)grp * dim + c * V + j] = WS ? sdw[j * nch + c] : acc[WS ? 0 : k][j];
+	}
+}
+
+template <typename E, int T, int K, int V, int P, int R, bool WS, int MINB>
+__global__ void __launch_bounds__(T, MINB) fusedA(const E* __restrict__ x, const float* __restrict__ w, const E* __restrict__ dy,
+                                                  E* __restrict__ dx, float* __restrict__ part, int rows, int dim, float eps) {
+	bodyA<E, T, K, V, P, R, WS>(x, w, dy, dx, part, rows, dim, eps);
+}
+
 // dw[i] = sum over g of part[g, i]: 8 float4 columns x 32 slices a block.
 __global__ void __launch_bounds__(256) reduce(const float4* __restrict__ part, float4* __restrict__ dw, int g, int nch) {
 	__shared__ float4 sm[32][8];
@@ -251,6 +416,7 @@ __global__ void __launch_bounds__(256) reduce(const float4* __restrict__ part, f
 	}
 }
 
+#ifndef ROWS_EMU
 static float median(std::vector<float> v) {
 	std::sort(v.begin(), v.end());
 	return v[v.size() / 2];
@@ -370,6 +536,40 @@ static double check(Shape& S) {
 	return err;
 }
 
+// timeK times one variant (its kernel fn, launched by launch on g blocks of
+// T threads with smem bytes of dynamic shared memory, then the reduce) and
+// checks it.
+static void timeK(Shape& Sh, int T, int bps, const char* name, const void* fn, int smem,
+                  const std::function<void(int g)>& launch) {
+	if (smem > 48 * 1024) {
+		cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+		if (e != cudaSuccess) {
+			cudaGetLastError();
+			printf("  %-40s skipped: %d bytes of shared memory: %s\n", name, smem, cudaGetErrorString(e));
+			return;
+		}
+	}
+	int occ = 0;
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, T, smem));
+	cudaFuncAttributes fa;
+	CK(cudaFuncGetAttributes(&fa, fn));
+	if (bps > occ) {
+		printf("  %-40s bps=%d skipped: occupancy %d (regs %d, smem %d)\n", name, bps, occ, fa.numRegs, smem);
+		return;
+	}
+	const int g = std::min(Sh.rows, bps * sms);
+	auto both = [&] {
+		launch(g);
+		reduce<<<(Sh.dim / 4 + 7) / 8, 256>>>((const float4*)Sh.part, (float4*)Sh.dw, g, Sh.dim / 4);
+	};
+	CK(cudaMemset(Sh.dw, 0, 4 * Sh.dim));
+	const float tb = timeit(both);
+	const double err = check(Sh);
+	const double tol = Sh.esz == 2 ? 1e-2 : 1e-4;
+	printf("  %-40s bps=%d/%d regs=%3d spill=%3d g=%4d  %7.1f us  %5.1f%% of copy  err %.1e %s\n", name, bps, occ, fa.numRegs,
+	       (int)fa.localSizeBytes, g, tb, 100 * Sh.copy_us / tb, err, err < tol ? "ok" : "WRONG");
+}
+
 template <typename E, int T, int K, int V, int S, int R, bool WS, int MINB>
 static void run(Shape& Sh, int bps, const char* note = "", bool jt = false) {
 	const int nch = Sh.dim / V;
@@ -381,18 +581,8 @@ static void run(Shape& Sh, int bps, const char* note = "", bool jt = false) {
 	auto kernJT = fusedJT<E, T, K, V, S, R, WS, MINB>;
 	const void* fn = jt ? (const void*)kernJT : (const void*)kern;
 	const int smem = WS ? 8 * Sh.dim : 0;
-	if (smem > 48 * 1024) CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-	int occ = 0;
-	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, T, smem));
-	cudaFuncAttributes fa;
-	CK(cudaFuncGetAttributes(&fa, fn));
 	char name[96];
 	snprintf(name, sizeof name, "T%d K%d V%d S%d R%d%s mb%d%s%s", T, K, V, S, R, WS ? " WS" : "", MINB, jt ? " JT" : "", note);
-	if (bps > occ) {
-		printf("  %-34s bps=%d skipped: occupancy %d (regs %d)\n", name, bps, occ, fa.numRegs);
-		return;
-	}
-	const int g = std::min(Sh.rows, bps * sms);
 	const float eps = 1e-5f;
 	Ptrs* dp = nullptr;
 	if (jt) {
@@ -400,20 +590,30 @@ static void run(Shape& Sh, int bps, const char* note = "", bool jt = false) {
 		CK(cudaMalloc(&dp, sizeof hp));
 		CK(cudaMemcpy(dp, &hp, sizeof hp, cudaMemcpyHostToDevice));
 	}
-	auto both = [&] {
+	timeK(Sh, T, bps, name, fn, smem, [&](int g) {
 		if (jt)
 			kernJT<<<g, T, smem>>>(dp);
 		else
 			kern<<<g, T, smem>>>((const E*)Sh.x, Sh.w, (const E*)Sh.dy, (E*)Sh.dx, Sh.part, Sh.rows, Sh.dim, eps);
-		reduce<<<(Sh.dim / 4 + 7) / 8, 256>>>((const float4*)Sh.part, (float4*)Sh.dw, g, Sh.dim / 4);
-	};
-	CK(cudaMemset(Sh.dw, 0, 4 * Sh.dim));
-	const float tb = timeit(both);
+	});
 	if (dp) CK(cudaFree(dp));
-	const double err = check(Sh);
-	const double tol = Sh.esz == 2 ? 1e-2 : 1e-4;
-	printf("  %-34s bps=%d/%d regs=%3d spill=%3d g=%4d  %7.1f us  %5.1f%% of copy  err %.1e %s\n", name, bps, occ, fa.numRegs,
-	       (int)fa.localSizeBytes, g, tb, 100 * Sh.copy_us / tb, err, err < tol ? "ok" : "WRONG");
+}
+
+// runA times fusedA: P row slots in shared memory, R rows a barrier.
+template <typename E, int T, int K, int V, int P, int R, bool WS, int MINB>
+static void runA(Shape& Sh, int bps, const char* note = "") {
+	const int nch = Sh.dim / V;
+	if (nch > T * K || (int)sizeof(E) != Sh.esz) {
+		printf("  skipped T%d K%d V%d: does not cover the row\n", T, K, V);
+		return;
+	}
+	auto kern = fusedA<E, T, K, V, P, R, WS, MINB>;
+	const int smem = P * 2 * Sh.dim * Sh.esz + (WS ? 8 * Sh.dim : 0);
+	char name[96];
+	snprintf(name, sizeof name, "T%d K%d V%d A P%d R%d%s mb%d%s", T, K, V, P, R, WS ? " WS" : "", MINB, note);
+	timeK(Sh, T, bps, name, (const void*)kern, smem, [&](int g) {
+		kern<<<g, T, smem>>>((const E*)Sh.x, Sh.w, (const E*)Sh.dy, (E*)Sh.dx, Sh.part, Sh.rows, Sh.dim, 1e-5f);
+	});
 }
 
 typedef unsigned short B; // bf16 bits
@@ -488,6 +688,13 @@ int main(int argc, char** argv) {
 				run<B, 256, 2, 8, 4, 2, true, 2>(S, 2);
 				run<B, 256, 2, 8, 4, 1, true, 2>(S, 2);
 				run<B, 256, 2, 8, 2, 1, true, 3>(S, 3);
+				// Asynchronous slots: rows in shared memory, not registers.
+				runA<B, 128, 4, 8, 3, 1, false, 4>(S, 4);
+				runA<B, 128, 4, 8, 4, 2, false, 3>(S, 3);
+				runA<B, 256, 2, 8, 3, 1, false, 4>(S, 4);
+				runA<B, 256, 2, 8, 4, 2, false, 3>(S, 3);
+				runA<B, 512, 1, 8, 3, 1, false, 2>(S, 2);
+				runA<B, 128, 4, 8, 2, 1, false, 5>(S, 5);
 				release(S);
 			}
 			{
@@ -496,6 +703,8 @@ int main(int argc, char** argv) {
 				run<B, 256, 4, 8, 2, 2, true, 2>(S, 2, " (c8)");
 				run<B, 256, 4, 8, 2, 1, true, 2>(S, 2);
 				run<B, 512, 2, 8, 4, 2, true, 1>(S, 1);
+				runA<B, 256, 4, 8, 3, 1, false, 2>(S, 2);
+				runA<B, 512, 2, 8, 3, 1, false, 2>(S, 2);
 				release(S);
 			}
 			{
@@ -503,6 +712,8 @@ int main(int argc, char** argv) {
 				setup(S);
 				run<B, 256, 1, 8, 4, 2, false, 3>(S, 3, " (c7)");
 				run<B, 128, 2, 8, 4, 2, true, 4>(S, 4);
+				runA<B, 256, 1, 8, 4, 2, false, 5>(S, 5);
+				runA<B, 128, 2, 8, 4, 1, false, 6>(S, 6);
 				release(S);
 			}
 			// Pointers from a job table (JT), as the backend has them,
@@ -558,3 +769,4 @@ int main(int argc, char** argv) {
 	}
 	return 0;
 }
+#endif // ROWS_EMU
