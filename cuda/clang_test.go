@@ -25,25 +25,7 @@ import (
 // clang-19 (RMSGRAD_CLANG names another); RMSGRAD_REQUIRE_SERVERS=1
 // makes its absence a failure.
 func TestKernelsCompile(t *testing.T) {
-	clang := os.Getenv("RMSGRAD_CLANG")
-	if clang == "" {
-		// sm_90 needs clang 16 or later; Debian 12's clang++ is 14.
-		clang = "clang++-19"
-	}
-	path, err := exec.LookPath(clang)
-	if err == nil {
-		var out []byte
-		out, err = exec.Command(path, "-print-targets").CombinedOutput()
-		if err == nil && !strings.Contains(string(out), "nvptx64") {
-			err = fmt.Errorf("%s has no nvptx64 target", path)
-		}
-	}
-	if err != nil {
-		if os.Getenv("RMSGRAD_REQUIRE_SERVERS") == "1" {
-			t.Fatalf("clang with the NVPTX target is required (apt-get install clang-19): %v", err)
-		}
-		t.Skipf("no clang with the NVPTX target (apt-get install clang-19): %v", err)
-	}
+	path := testClang(t)
 	src, err := filepath.Abs(filepath.Join("..", "shaders", shaders.CUDAFile))
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +51,7 @@ func TestKernelsCompile(t *testing.T) {
 		args = append(args, defs...)
 		out, err := exec.Command(path, args...).CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s, %s, part %d: %v\n%s", clang, arch, part, err, out)
+			t.Fatalf("%s, %s, part %d: %v\n%s", path, arch, part, err, out)
 		}
 		b, err := os.ReadFile(ptx)
 		if err != nil {
@@ -111,4 +93,31 @@ func sameSet(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// testClang returns the clang with the NVPTX target that the compile tests
+// use (RMSGRAD_CLANG, or clang++-19); it skips the test without one (fails
+// it under RMSGRAD_REQUIRE_SERVERS=1).
+func testClang(t *testing.T) string {
+	t.Helper()
+	clang := os.Getenv("RMSGRAD_CLANG")
+	if clang == "" {
+		// sm_90 needs clang 16 or later; Debian 12's clang++ is 14.
+		clang = "clang++-19"
+	}
+	path, err := exec.LookPath(clang)
+	if err == nil {
+		var out []byte
+		out, err = exec.Command(path, "-print-targets").CombinedOutput()
+		if err == nil && !strings.Contains(string(out), "nvptx64") {
+			err = fmt.Errorf("%s has no nvptx64 target", path)
+		}
+	}
+	if err != nil {
+		if os.Getenv("RMSGRAD_REQUIRE_SERVERS") == "1" {
+			t.Fatalf("clang with the NVPTX target is required (apt-get install clang-19): %v", err)
+		}
+		t.Skipf("no clang with the NVPTX target (apt-get install clang-19): %v", err)
+	}
+	return path
 }

@@ -43,6 +43,21 @@ func TestVariantsOnCPU(t *testing.T) {
 	}
 }
 
+// TestVariantsCompile checks the whole harness, host code included, with
+// clang's CUDA front end against declarations of the CUDA runtime API
+// (testdata/harness: nothing is linked or run), for sm_90 as the GPU
+// hosts build it with nvcc: a harness that does not compile there costs a
+// device run its harness step.
+func TestVariantsCompile(t *testing.T) {
+	clang := testClang(t)
+	out, err := exec.Command(clang, "-x", "cuda", "--cuda-gpu-arch=sm_90", "-nocudainc", "-nocudalib", "-std=c++17",
+		"-fsyntax-only", "-Wno-unknown-cuda-version", "-I", filepath.Join("testdata", "harness"),
+		filepath.Join("variants", "rows.cu")).CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Fatalf("clang on variants/rows.cu: %v\n%s", err, out)
+	}
+}
+
 // harnessVariant is one run<...> or runA<...> call in rows.cu's main: the
 // kernel's template arguments and the shape and blocks per SM it is timed
 // at.
