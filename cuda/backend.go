@@ -35,6 +35,9 @@ type Backend struct {
 	// paths), the per-block shared memory limit.
 	perSM, maxStages int
 	smemOptin        int32
+	// halfSlots: class c8 compiled with x and dy in this many shared-memory
+	// slots (RMSGRAD_CUDA_HALF_SLOTS; 0: rows in registers, the default).
+	halfSlots int
 	// rgAlign rounds each job's rows per group up to a multiple of it when
 	// that adds at most 2% (groups); 0 or 1: off.
 	rgAlign int
@@ -147,6 +150,11 @@ func open() (*Backend, error) {
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_STAGES")); err == nil && v >= 0 {
 		b.maxStages = min(v, 4)
 	}
+	hs, _, err := halfSlotsEnv()
+	if err != nil {
+		return nil, err
+	}
+	b.halfSlots = hs
 	b.rgAlign = defaultRGAlign
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_RG_ALIGN")); err == nil && v >= 0 {
 		b.rgAlign = v
@@ -217,7 +225,7 @@ func open() (*Backend, error) {
 	// Classes that keep w and the dw sums in shared memory may need more
 	// than the default 48 KiB of it (c8: 64 KiB at 8192).
 	for c, fc := range fusedClasses {
-		if n := fc.wsBytes(fc.maxThreads); n > 0 {
+		if n := b.classSmem(c, fc.cw*fc.k*fc.maxThreads); n > 0 {
 			if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+shaders.CUDARowsFusedKernels[c]+")", d.cuFuncSetAttribute(b.fnRows[kFused0+c], funcAttrMaxDynSmem, int32(n))); err != nil {
 				return nil, err
 			}
@@ -229,7 +237,7 @@ func open() (*Backend, error) {
 		b.occ[c] = make([]int, fc.maxThreads/32)
 		for i := range b.occ[c] {
 			var n int32
-			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), uintptr(fc.wsBytes(32*(i+1))))); err != nil {
+			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), uintptr(b.classSmem(c, fc.cw*fc.k*32*(i+1))))); err != nil {
 				return nil, err
 			}
 			b.occ[c][i] = int(n)
@@ -321,12 +329,12 @@ func cubinCacheDir() string {
 // cache directory (a cubin from it that the driver refused); fromDisk says
 // whether any part came from it.
 func (b *Backend) cachedKernels(fresh bool) (out [][]byte, fromDisk bool, err error) {
-	opts := os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")
 	var major, minor int32
 	b.nv.nvrtcVersion(&major, &minor)
 	parts := kernelParts()
 	keys := make([]string, len(parts))
 	for p := range parts {
+		opts := strings.Join(compileOpts(b.arch, p), " ")
 		h := sha256.New()
 		fmt.Fprintf(h, "rmsgrad cubin 1\x00%d\x00%s\x00%s\x00%d.%d\x00", p, b.arch, opts, major, minor)
 		io.WriteString(h, shaders.CUDASource)
@@ -396,9 +404,56 @@ func compileOpts(arch string, p int) []string {
 	if p >= 0 {
 		opts = append(opts, fmt.Sprintf("-DRMS_PART=%d", p))
 	}
+	if n, r, err := halfSlotsEnv(); err == nil && n > 0 {
+		opts = append(opts, fmt.Sprintf("-DRMS_C8_SLOTS=%d", n), fmt.Sprintf("-DRMS_C8_SLOTS_R=%d", r))
+	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
 	return append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
+}
+
+// halfSlotsEnv reads RMSGRAD_CUDA_HALF_SLOTS, a benchmark variant of class
+// c8 (half rows up to 8192): "P" or "P,R" compiles it with x and dy in P
+// shared-memory slots filled by asynchronous copies, R rows a barrier
+// (default 1), P-R rows in flight (rows_slots in the .cu). Unset or "0":
+// none (p = 0).
+func halfSlotsEnv() (p, r int, err error) {
+	v := os.Getenv("RMSGRAD_CUDA_HALF_SLOTS")
+	if v == "" || v == "0" {
+		return 0, 0, nil
+	}
+	ps, rs, hasR := strings.Cut(v, ",")
+	p, err1 := strconv.Atoi(ps)
+	r, err2 := 1, error(nil)
+	if hasR {
+		r, err2 = strconv.Atoi(rs)
+	}
+	if err1 != nil || err2 != nil || r < 1 || r >= p || p > 4 {
+		return 0, 0, fmt.Errorf("cuda: RMSGRAD_CUDA_HALF_SLOTS=%q: want P or P,R with 1 <= R < P <= 4 (slots, rows a barrier): %w", v, compute.ErrUnsupported)
+	}
+	return p, r, nil
+}
+
+// classSmem is the dynamic shared memory a block of fused class c uses at
+// dim: c8's row slots under RMSGRAD_CUDA_HALF_SLOTS (P slots of x and dy,
+// 2 bytes an element), w and the dw sums for a ws class (8*dim), else 0.
+func (b *Backend) classSmem(c, dim int) int {
+	if c == 8 && b.halfSlots > 0 {
+		return 4 * b.halfSlots * dim
+	}
+	if fusedClasses[c].ws {
+		return 8 * dim
+	}
+	return 0
+}
+
+// smemBytes is the dynamic shared memory of an entry's blocks on this
+// backend (entry.smemBytes, with c8's slots when it has them).
+func (b *Backend) smemBytes(e *entry) int {
+	if k := e.kernel(); k >= kFused0 {
+		return b.classSmem(k-kFused0, e.dim)
+	}
+	return e.smemBytes()
 }
 
 // compileKernels compiles part p of shaders.CUDASource (RMS_PART=p) for

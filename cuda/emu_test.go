@@ -58,6 +58,52 @@ func TestKernelsOnCPU(t *testing.T) {
 	}
 }
 
+// TestHalfSlotsOnCPU runs class c8's cases of TestKernelsOnCPU (its fused
+// kernel against the general kernel launched apart, bit for bit, and the
+// double reference) with c8 compiled as RMSGRAD_CUDA_HALF_SLOTS compiles it
+// (RMS_C8_SLOTS: rows in shared-memory slots filled by asynchronous
+// copies), the copies emulated landing only when waited for and, for the
+// default R, also landing when issued: a slot read before its wait, or
+// overwritten while still read, changes the bits.
+func TestHalfSlotsOnCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the CPU run of the CUDA kernels takes about a minute; skipped with -short")
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ not installed: cannot run the CUDA kernels on the CPU")
+	}
+	src, err := filepath.Abs("../shaders/rms_norm_backward.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct {
+		name  string
+		defs  []string
+		modes [][]string
+	}{
+		{"P3", []string{"-DRMS_C8_SLOTS=3"}, [][]string{{"half"}, {"half", "eager"}}},
+		{"P4R2", []string{"-DRMS_C8_SLOTS=4", "-DRMS_C8_SLOTS_R=2"}, [][]string{{"half"}}},
+	} {
+		bin := filepath.Join(t.TempDir(), "kernel_emu_"+v.name)
+		args := append([]string{"-O1", "-std=c++20", "-pthread", "-Wno-unknown-pragmas", `-DRMS_CU="` + src + `"`}, v.defs...)
+		out, err := exec.Command(gxx, append(args, "-o", bin, "testdata/kernel_emu.cpp")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("g++ %v: %v\n%s", v.defs, err, out)
+		}
+		for _, m := range v.modes {
+			out, err := runWatched(emuStall, bin, m...)
+			t.Logf("%s %v:\n%s", v.name, m, out)
+			if err != nil {
+				t.Errorf("c8 with %v, %v: %v", v.defs, m, err)
+			}
+			if n := strings.Count(string(out), " ok\n"); n < 6 {
+				t.Errorf("c8 with %v, %v: %d cases passed; want the 6 c8 cases", v.defs, m, n)
+			}
+		}
+	}
+}
+
 // runWatched runs name with args and returns its stdout and then its
 // stderr; it kills the process when stall passes without a new line on
 // its stdout.

@@ -161,7 +161,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, mode xfer) (tim
 				rl = append(rl, rowsLaunch{kernel: k, threads: e.threads})
 			}
 			rl[j].blocks += e.g
-			rl[j].smem = max(rl[j].smem, e.smemBytes())
+			rl[j].smem = max(rl[j].smem, b.smemBytes(e))
 			l.redBlocks += e.redBlocks()
 			if e.dw != nil {
 				ps = align(ps + 4*e.g*e.dim)

@@ -124,7 +124,9 @@ const smemReserve = 1024
 // every F32 multiple of 4 up to 8192 with up to n slots; RMSGRAD_CUDA_BLOCKS_PER_SM forces the
 // blocks per SM and RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0:
 // none), for benchmark variants; RMSGRAD_CUDA_PDL=0 launches the dw
-// reduction the ordinary way.
+// reduction the ordinary way; RMSGRAD_CUDA_HALF_SLOTS compiles class c8
+// with its rows in shared-memory slots (halfSlotsEnv; Backend.classSmem
+// sizes them).
 func (b *Backend) geometry(rows, dim, cw int) geom {
 	sms := max(b.sms, 1)
 	var gm geom

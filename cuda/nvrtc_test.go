@@ -337,6 +337,8 @@ func TestKernelsNVRTC(t *testing.T) {
 		}
 		vwg.Wait()
 		checkSASS(t, lib, vres, parts, true)
+		t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "")
+		checkHalfSlots(t, nv, parts, major == 11 && minor == 8)
 	}
 	if path := os.Getenv("RMSGRAD_CUDA_RESOURCES"); path != "" {
 		for _, name := range names {
@@ -344,6 +346,59 @@ func TestKernelsNVRTC(t *testing.T) {
 		}
 		if err := os.WriteFile(path, []byte(table.String()), 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// checkHalfSlots compiles class c8 under RMSGRAD_CUDA_HALF_SLOTS (a
+// benchmark variant: rows in shared-memory slots, w and the dw sums in
+// registers) for sm_90 and checks what a device run of it needs: the
+// launch bounds of the class, no spills (under NVRTC 11.8, v118), and at
+// the slots' shared memory (Backend.classSmem) at least two blocks per SM
+// at 4096 (128 threads) and one at 8192 (256).
+func checkHalfSlots(t *testing.T, nv *nvrtcAPI, parts [][]string, v118 bool) {
+	c8 := shaders.CUDARowsFusedKernels[8]
+	part := slices.IndexFunc(parts, func(names []string) bool { return slices.Contains(names, c8) })
+	if part < 0 {
+		t.Fatalf("no program holds %s", c8)
+	}
+	lim := archLimits["sm_90"]
+	for _, v := range []struct {
+		env  string
+		p    int
+		at4k int // blocks per SM it must reach at 4096
+	}{{"3", 3, 3}, {"2", 2, 4}, {"4,2", 4, 2}} {
+		t.Setenv("RMSGRAD_CUDA_HALF_SLOTS", v.env)
+		b := &Backend{nv: nv, arch: "sm_90", halfSlots: v.p}
+		cubin, err := b.compileKernels(part)
+		if err != nil {
+			t.Errorf("RMSGRAD_CUDA_HALF_SLOTS=%s: %v", v.env, err)
+			continue
+		}
+		ks, err := parseCubin(cubin, lim.inSection)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := ks[c8]
+		if k == nil {
+			t.Errorf("RMSGRAD_CUDA_HALF_SLOTS=%s: no %s in the cubin", v.env, c8)
+			continue
+		}
+		fc := fusedClasses[8]
+		occ4k, occ8k := lim.occupancy(k, 128, b.classSmem(8, 4096)), lim.occupancy(k, 256, b.classSmem(8, 8192))
+		t.Logf("RMSGRAD_CUDA_HALF_SLOTS=%s: %s %d registers, %d bytes local, %d bytes static shared; %d blocks per SM at 4096, %d at 8192",
+			v.env, c8, k.Regs, k.Local, k.Shared, occ4k, occ8k)
+		if k.MaxThreads != fc.maxThreads {
+			t.Errorf("RMSGRAD_CUDA_HALF_SLOTS=%s: launch bounds of %d threads; the class's are %d", v.env, k.MaxThreads, fc.maxThreads)
+		}
+		if v118 && k.Local > 0 {
+			t.Errorf("RMSGRAD_CUDA_HALF_SLOTS=%s: %d bytes of local memory a thread (spills) under NVRTC 11.8", v.env, k.Local)
+		}
+		if occ4k < v.at4k || occ8k < 1 {
+			t.Errorf("RMSGRAD_CUDA_HALF_SLOTS=%s: %d blocks per SM at 4096 (want %d), %d at 8192 (want 1)", v.env, occ4k, v.at4k, occ8k)
+		}
+		if b.classSmem(8, 8192)+k.Shared > lim.smemOptin {
+			t.Errorf("RMSGRAD_CUDA_HALF_SLOTS=%s: %d+%d bytes of shared memory at 8192; the opt-in maximum is %d", v.env, b.classSmem(8, 8192), k.Shared, lim.smemOptin)
 		}
 	}
 }

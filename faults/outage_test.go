@@ -84,7 +84,8 @@ func waitCompleted(t *testing.T, ctx context.Context, e *Env, n int) {
 
 // watchReady polls the worker's /readyz every 100 ms until stop closes and
 // reports when it first said not ready (with that body) and whether it
-// said ready again before stop, and when /readyz first said ready after
+// said ready again before back closed (the test closes it as the
+// dependency's restart begins), and when /readyz first said ready after
 // back closed.
 type readyWatch struct {
 	firstDown  time.Duration // after start; -1 if never
@@ -187,8 +188,10 @@ func TestStorageOutage(t *testing.T) {
 	if info, err := e.Insp.GetQueueInfo(jobs.DefaultQueue); err == nil {
 		pendingAtEnd = info.Pending + info.Retry
 	}
-	e.S3.Start()
+	// back closes as the restart begins: the server may answer (and the
+	// worker's probe see it) before Start has seen it serve and returned.
 	close(back)
+	e.S3.Start()
 	if err := w.WaitReady(30 * time.Second); err != nil {
 		t.Fatalf("after storage came back: %v", err)
 	}
@@ -342,9 +345,9 @@ func redisOutage(t *testing.T, crash bool) {
 	t.Logf("enqueue CLI with Redis down (exit %d after %v): %s", ee.ExitCode(), cliTook.Round(time.Millisecond), msg)
 
 	time.Sleep(outage - time.Since(downAt))
+	close(back) // as the restart begins, as in TestStorageOutage
 	e.Redis.Start()
 	backAt := time.Now()
-	close(back)
 	if err := w.WaitReady(30 * time.Second); err != nil {
 		t.Fatalf("after Redis came back: %v", err)
 	}

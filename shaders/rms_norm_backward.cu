@@ -330,13 +330,10 @@ __device__ __forceinline__ void storeT(void* p, int e, int dim, bool vec, const 
 
 // 16-byte asynchronous copies global -> shared (sm_80+), each thread
 // copying, waiting for and reading only its own chunks, so no barrier is
-// needed between the copy and the read. RMS_EMU (the CPU test harness)
-// copies synchronously.
-#ifdef RMS_EMU
-__device__ __forceinline__ void cp_async16(float* s, const float* g) { *(float4*)s = *(const float4*)g; }
-__device__ __forceinline__ void cp_async_commit() {}
-__device__ __forceinline__ void cp_async_wait(int) {}
-#else
+// needed between the copy and the read. Under RMS_EMU the CPU test harness
+// (cuda/testdata/kernel_emu.cpp) defines them: copies that land when
+// issued or only when waited for.
+#ifndef RMS_EMU
 extern __shared__ float4 rms_dyn[];
 __device__ __forceinline__ void cp_async16(float* s, const float* g) {
 	unsigned a;
@@ -890,6 +887,144 @@ __device__ void rows_smem(const Job& J, int grp, float* red, float* sm) {
 	}
 }
 
+// The rows of one group of a half-precision fused class with x and dy in P
+// shared-memory slots (RMS_C8_SLOTS, a benchmark variant of c8): 16-byte
+// asynchronous copies, each thread copying, waiting for and reading only
+// its own chunks (no barrier between a copy and its read), keep P-R rows in
+// flight while R rows are reduced and written; no row is held in registers
+// (each is read from its slot twice: the sums, then dx and dw), w and the
+// dw sums are. The arithmetic is rows_regs' fused path (CW 8) chunk by
+// chunk in the same order, so at the same block size the bits are the same
+// (TestKernelsOnCPU with RMS_C8_SLOTS). Slot i holds x's chunks at
+// rms_dyn + i*2*nch and dy's after them: 4*P*dim bytes a block.
+template <int K, int P, int R, int IO>
+__device__ void rows_slots(const Job& J, int grp, float* red) {
+	static_assert(IO == T_BF16 || IO == T_F16, "half rows");
+	static_assert(R >= 1 && R < P && R <= RMS_RMAX && P - R <= 3, "R rows reduced while P-R (at most 3) are in flight");
+	const int T = blockDim.x;
+	const int dim = J.dim;
+	const int nch = dim >> 3; // fused: dim is a multiple of 8
+	const int t = threadIdx.x;
+	// Local row b of the group is row grp + b*G of the job (rowOf).
+	const int G = J.g;
+	const int b1 = group_rows(J, grp);
+	const int tw = TYPE_W(J);
+	uint4* slots = reinterpret_cast<uint4*>(rms_dyn);
+	float wv[2 * K][4], dwacc[2 * K][4];
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		const int c = t + k * T;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			float w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			if (c < nch) loadT<T_ANY>(J.w, c * 8 + 4 * h, dim, true, w4, tw);
+#pragma unroll
+			for (int q = 0; q < 4; q++) {
+				wv[2 * k + h][q] = w4[q];
+				dwacc[2 * k + h][q] = 0.0f;
+			}
+		}
+	}
+	// issue copies row b into its slot and commits one group (empty past
+	// the group's last row, so that every thread counts the same groups).
+	auto issue = [&](int b) {
+		if (b < b1) {
+			uint4* sl = slots + (size_t)(b % P) * 2 * nch;
+			const unsigned short* xr = (const unsigned short*)J.x + rowOf(b) * dim;
+			const unsigned short* dyr = (const unsigned short*)J.dy + rowOf(b) * dim;
+#pragma unroll
+			for (int k = 0; k < K; k++) {
+				const int c = t + k * T;
+				if (c < nch) {
+					cp_async16((float*)(sl + c), (const float*)(xr + c * 8));
+					cp_async16((float*)(sl + nch + c), (const float*)(dyr + c * 8));
+				}
+			}
+		}
+		cp_async_commit();
+	};
+	// chunk reads chunk c of row b's x (d = 0) or dy (d = 1) from its slot.
+	auto chunk = [&](int b, int d, int c, HalfChunk<IO>& lo, HalfChunk<IO>& hi) {
+		const uint4 u = slots[(size_t)(b % P) * 2 * nch + d * nch + c];
+		lo.h[0] = u.x;
+		lo.h[1] = u.y;
+		hi.h[0] = u.z;
+		hi.h[1] = u.w;
+	};
+#pragma unroll
+	for (int i = 0; i < P; i++) issue(i);
+	for (int bb = 0; bb < b1; bb += R) {
+		cp_async_wait(P - R); // rows bb .. bb+R-1 have landed (bb+P groups issued)
+		float ss[R], s[R];
+#pragma unroll
+		for (int q = 0; q < R; q++) {
+			ss[q] = s[q] = 0.0f;
+			if (bb + q < b1) {
+#pragma unroll
+				for (int k = 0; k < K; k++) {
+					const int c = t + k * T;
+					if (c < nch) {
+						HalfChunk<IO> xa[2], da[2];
+						chunk(bb + q, 0, c, xa[0], xa[1]);
+						chunk(bb + q, 1, c, da[0], da[1]);
+#pragma unroll
+						for (int h = 0; h < 2; h++) {
+							float xv[4], dv[4];
+							xa[h].get(xv);
+							da[h].get(dv);
+							accum(xv, dv, wv[2 * k + h], c * 8 + 4 * h, dim, true, true, true, ss[q], s[q]);
+						}
+					}
+				}
+			}
+		}
+		block_sum<R>(ss, s, red, (bb / R) & 1);
+#pragma unroll
+		for (int q = 0; q < R; q++) {
+			const int b = bb + q;
+			if (b >= b1) break;
+			const float r = rms_inv(ss[q], dim, J.eps);
+			if (t == 0) J.r[rowOf(b)] = r;
+			const float cc = __fdiv_rn(__fmul_rn(__fmul_rn(s[q], r), r), (float)dim);
+			unsigned short* dxr = (unsigned short*)J.dx + rowOf(b) * dim;
+#pragma unroll
+			for (int k = 0; k < K; k++) {
+				const int c = t + k * T;
+				if (c < nch) {
+					HalfChunk<IO> xa[2], da[2];
+					chunk(b, 0, c, xa[0], xa[1]);
+					chunk(b, 1, c, da[0], da[1]);
+					float o[2][4];
+#pragma unroll
+					for (int h = 0; h < 2; h++) {
+						float xv[4], dv[4];
+						xa[h].get(xv);
+						da[h].get(dv);
+						dx4(xv, dv, wv[2 * k + h], r, cc, o[h]);
+#pragma unroll
+						for (int q2 = 0; q2 < 4; q2++)
+							dwacc[2 * k + h][q2] = __fmaf_rn(__fmul_rn(dv[q2], xv[q2]), r, dwacc[2 * k + h][q2]);
+					}
+					ST_U4(dxr + c * 8, make_uint4(narrow2<IO>(o[0][0], o[0][1]), narrow2<IO>(o[0][2], o[0][3]),
+					                              narrow2<IO>(o[1][0], o[1][1]), narrow2<IO>(o[1][2], o[1][3])));
+				}
+			}
+		}
+		// This thread is done with rows bb .. bb+R-1: their slots take the
+		// rows P ahead.
+#pragma unroll
+		for (int q = 0; q < R; q++) issue(bb + q + P);
+	}
+	cp_async_wait(0);
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		const int c = t + k * T;
+#pragma unroll
+		for (int h = 0; h < 2; h++)
+			if (c < nch) store_dw(J, grp, c * 8 + 4 * h, dim, true, dwacc[2 * k + h]);
+	}
+}
+
 // The rows of one group for dims over 4 chunks per thread without slots:
 // the same arithmetic, re-reading x and dy, the dw accumulator living in
 // the group's partial row (only this thread touches these columns of this
@@ -1198,8 +1333,23 @@ RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, 1, RMS_C7_S, RMS_C7_R, false, 25
 #endif
 // c8: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
 // up to 256 (two to four per SM), w and the dw sums in shared memory.
+// RMS_C8_SLOTS=P (the host's RMSGRAD_CUDA_HALF_SLOTS): x and dy in P
+// shared-memory slots instead (rows_slots; RMS_C8_SLOTS_R rows a barrier,
+// default 1), w and the dw sums in registers.
 #if RMS_PART_IS(10)
+#ifdef RMS_C8_SLOTS
+#ifndef RMS_C8_SLOTS_R
+#define RMS_C8_SLOTS_R 1
+#endif
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_backward_rows_fused_c8(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+	RMS_FUSED_PROLOGUE
+	if (TYPE_IO(J) == T_BF16) rows_slots<4, RMS_C8_SLOTS, RMS_C8_SLOTS_R, T_BF16>(J, grp, red);
+	else rows_slots<4, RMS_C8_SLOTS, RMS_C8_SLOTS_R, T_F16>(J, grp, red);
+}
+#else
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, 4, RMS_C8_S, RMS_C8_R, true, 256, 2)
+#endif
 #endif
 
 #if RMS_PART_IS(1)
