@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -404,7 +405,9 @@ func compileOpts(arch string, p int) []string {
 	if p >= 0 {
 		opts = append(opts, fmt.Sprintf("-DRMS_PART=%d", p))
 	}
-	if n, r, err := halfSlotsEnv(); err == nil && n > 0 {
+	// Class c8's slots, in the program that holds c8 (the others keep
+	// their cached cubins).
+	if n, r, err := halfSlotsEnv(); err == nil && n > 0 && (p < 0 || slices.Contains(kernelParts()[p], shaders.CUDARowsFusedKernels[8])) {
 		opts = append(opts, fmt.Sprintf("-DRMS_C8_SLOTS=%d", n), fmt.Sprintf("-DRMS_C8_SLOTS_R=%d", r))
 	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -599,5 +600,44 @@ func TestStoreCubin(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(m) != 0 {
 		t.Fatalf("temporaries left: %v", m)
+	}
+}
+
+// TestHalfSlotsEnv: RMSGRAD_CUDA_HALF_SLOTS is read as P or P,R (bad values
+// refused, naming the variable), compiles class c8's program only with the
+// slots, and sizes c8's shared memory (4*P*dim bytes) while the other
+// classes keep theirs.
+func TestHalfSlotsEnv(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		p, r int
+		ok   bool
+	}{{"", 0, 0, true}, {"0", 0, 0, true}, {"3", 3, 1, true}, {"4,2", 4, 2, true}, {"2,1", 2, 1, true},
+		{"1", 0, 0, false}, {"5", 0, 0, false}, {"3,3", 0, 0, false}, {"x", 0, 0, false}, {"3,0", 0, 0, false}} {
+		t.Setenv("RMSGRAD_CUDA_HALF_SLOTS", c.v)
+		p, r, err := halfSlotsEnv()
+		if (err == nil) != c.ok || p != c.p || r != c.r {
+			t.Errorf("%q: %d, %d, %v; want %d, %d, ok %v", c.v, p, r, err, c.p, c.r, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "RMSGRAD_CUDA_HALF_SLOTS") {
+			t.Errorf("%q: the error does not name the variable: %v", c.v, err)
+		}
+	}
+	t.Setenv("RMSGRAD_CUDA_HALF_SLOTS", "4,2")
+	for p, names := range kernelParts() {
+		has := strings.Contains(strings.Join(compileOpts("sm_90", p), " "), "-DRMS_C8_SLOTS=4 -DRMS_C8_SLOTS_R=2")
+		if want := slices.Contains(names, shaders.CUDARowsFusedKernels[8]); has != want {
+			t.Errorf("part %d (%v): slots options %v, want %v", p, names, has, want)
+		}
+	}
+	b := &Backend{halfSlots: 3}
+	if got := b.classSmem(8, 4096); got != 4*3*4096 {
+		t.Errorf("c8 with 3 slots at 4096: %d bytes; want %d", got, 4*3*4096)
+	}
+	if got := b.classSmem(4, 5120); got != 8*5120 {
+		t.Errorf("c4 at 5120: %d bytes; want %d", got, 8*5120)
+	}
+	if got := (&Backend{}).classSmem(8, 4096); got != 8*4096 {
+		t.Errorf("c8 without slots at 4096: %d bytes; want %d", got, 8*4096)
 	}
 }
