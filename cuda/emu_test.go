@@ -34,24 +34,8 @@ const emuStall = 10 * time.Minute
 // the check of the kernel logic that runs without a GPU; the GPU conformance
 // suite (TestConformance) is the real one.
 func TestKernelsOnCPU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the CPU run of the CUDA kernels takes about a minute; skipped with -short")
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ not installed: cannot run the CUDA kernels on the CPU")
-	}
-	src, err := filepath.Abs("../shaders/rms_norm_backward.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "kernel_emu")
-	out, err := exec.Command(gxx, "-O1", "-std=c++20", "-pthread", "-Wno-unknown-pragmas",
-		`-DRMS_CU="`+src+`"`, "-o", bin, "testdata/kernel_emu.cpp").CombinedOutput()
-	if err != nil {
-		t.Fatalf("g++: %v\n%s", err, out)
-	}
-	out, err = runWatched(emuStall, bin)
+	bin := buildEmu(t, "testdata/kernel_emu.cpp", kernelDef(t))
+	out, err := runWatched(emuStall, bin)
 	t.Logf("\n%s", out)
 	if err != nil {
 		t.Fatalf("kernels on the CPU: %v", err)
@@ -66,17 +50,6 @@ func TestKernelsOnCPU(t *testing.T) {
 // default R, also landing when issued: a slot read before its wait, or
 // overwritten while still read, changes the bits.
 func TestHalfSlotsOnCPU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the CPU run of the CUDA kernels takes about a minute; skipped with -short")
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ not installed: cannot run the CUDA kernels on the CPU")
-	}
-	src, err := filepath.Abs("../shaders/rms_norm_backward.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, v := range []struct {
 		name  string
 		defs  []string
@@ -85,12 +58,7 @@ func TestHalfSlotsOnCPU(t *testing.T) {
 		{"P3", []string{"-DRMS_C8_SLOTS=3"}, [][]string{{"half"}, {"half", "eager"}}},
 		{"P4R2", []string{"-DRMS_C8_SLOTS=4", "-DRMS_C8_SLOTS_R=2"}, [][]string{{"half"}}},
 	} {
-		bin := filepath.Join(t.TempDir(), "kernel_emu_"+v.name)
-		args := append([]string{"-O1", "-std=c++20", "-pthread", "-Wno-unknown-pragmas", `-DRMS_CU="` + src + `"`}, v.defs...)
-		out, err := exec.Command(gxx, append(args, "-o", bin, "testdata/kernel_emu.cpp")...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("g++ %v: %v\n%s", v.defs, err, out)
-		}
+		bin := buildEmu(t, "testdata/kernel_emu.cpp", append([]string{kernelDef(t)}, v.defs...)...)
 		for _, m := range v.modes {
 			out, err := runWatched(emuStall, bin, m...)
 			t.Logf("%s %v:\n%s", v.name, m, out)
@@ -102,6 +70,37 @@ func TestHalfSlotsOnCPU(t *testing.T) {
 			}
 		}
 	}
+}
+
+// buildEmu compiles a CPU emulator of CUDA code (src, with g++ options
+// args) into a temporary binary. It skips the test under -short (the runs
+// take a minute or more) and without g++.
+func buildEmu(t *testing.T, src string, args ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the CPU run of the CUDA kernels takes a minute or more; skipped with -short")
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ not installed: cannot run the CUDA kernels on the CPU")
+	}
+	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".cpp"))
+	args = append([]string{"-O1", "-std=c++20", "-pthread", "-Wall", "-Wno-unknown-pragmas"}, args...)
+	out, err := exec.Command(gxx, append(args, "-o", bin, src)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("g++ %v %s: %v\n%s", args, src, err, out)
+	}
+	return bin
+}
+
+// kernelDef is the g++ option that points testdata/kernel_emu.cpp at
+// shaders/rms_norm_backward.cu.
+func kernelDef(t *testing.T) string {
+	src, err := filepath.Abs("../shaders/rms_norm_backward.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return `-DRMS_CU="` + src + `"`
 }
 
 // runWatched runs name with args and returns its stdout and then its

@@ -23,20 +23,8 @@ import (
 // give the bits of the register rows (fused) at the same block size and
 // chunk width, and both the double reference's values.
 func TestVariantsOnCPU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the CPU run of the harness's kernels takes about 20 s; skipped with -short")
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ not installed: cannot run the harness's kernels on the CPU")
-	}
-	bin := filepath.Join(t.TempDir(), "rows_emu")
-	out, err := exec.Command(gxx, "-O1", "-std=c++20", "-pthread", "-Wall", "-Wno-unknown-pragmas",
-		"-o", bin, filepath.Join("variants", "rows_emu.cpp")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("g++: %v\n%s", err, out)
-	}
-	out, err = runWatched(emuStall, bin)
+	bin := buildEmu(t, filepath.Join("variants", "rows_emu.cpp"))
+	out, err := runWatched(emuStall, bin)
 	t.Logf("\n%s", out)
 	if err != nil {
 		t.Fatalf("the harness's kernels on the CPU: %v", err)

@@ -8,82 +8,20 @@
 // bitwise the bits of the three run as separate launches of the general
 // kernel, with groups of many rows and with a job in one group (which
 // stores dw itself). Exit status 1 on any failure.
-#include <atomic>
-#include <string>
-#include <barrier>
-#include <thread>
-#include <vector>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <random>
-#include <functional>
-#include <cstddef>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define __restrict__
-#define __launch_bounds__(...)
-struct float4 { float x,y,z,w; };
-inline float4 make_float4(float a,float b,float c,float d){return {a,b,c,d};}
-struct uint2 { unsigned x,y; };
-inline uint2 make_uint2(unsigned a,unsigned b){return {a,b};}
-struct uint4 { unsigned x,y,z,w; };
-inline uint4 make_uint4(unsigned a,unsigned b,unsigned c,unsigned d){return {a,b,c,d};}
-inline float __uint_as_float(unsigned u){float f; std::memcpy(&f,&u,4); return f;}
-inline unsigned __float_as_uint(float f){unsigned u; std::memcpy(&u,&f,4); return u;}
-struct dim3 { unsigned x,y,z; };
-thread_local dim3 threadIdx, blockIdx; dim3 blockDim, gridDim;
-template<class T> T __ldg(const T* p){return *p;}
-inline float __fadd_rn(float a,float b){return a+b;}
-inline float __fmul_rn(float a,float b){return a*b;}
-inline float __fmaf_rn(float a,float b,float c){return std::fmaf(a,b,c);}
-inline float __fdiv_rn(float a,float b){return a/b;}
-inline float __frcp_rn(float a){return 1.0f/a;}
-inline float __fsqrt_rn(float a){return std::sqrt(a);}
-std::barrier<>* g_bar; std::barrier<>* g_warp[16]; float g_wbuf[16][32];
-inline void __syncthreads(){ g_bar->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int o){
-  int t=threadIdx.x, w=t>>5, l=t&31;
-  g_wbuf[w][l]=v; g_warp[w]->arrive_and_wait();
-  float r=g_wbuf[w][l^o]; g_warp[w]->arrive_and_wait(); return r;
-}
+#include <string>
+#include "emu_shim.h"
 using std::size_t;
 using std::min;
 #define RMS_EMU 1
 float4 rms_dyn[232448 / 16]; // dynamic shared memory (blocks run one at a time)
-// cp.async (the shared-memory slot paths): each thread's copies of the open
-// group and its committed groups not yet waited for. Eager copies land
-// when issued (a slot overwritten while a thread still reads it shows);
-// late ones only when cp_async_wait lets their group (a slot read before
-// its wait shows). Late unless the command line says eager.
-struct Copy { float* s; const float* g; };
-bool g_eager;
-thread_local std::vector<Copy> t_open;
-thread_local std::vector<std::vector<Copy>> t_groups;
-inline void cp_async16(float* s, const float* g){ if(g_eager) std::memcpy(s,g,16); else t_open.push_back({s,g}); }
-inline void cp_async_commit(){ t_groups.push_back(t_open); t_open.clear(); }
-inline void cp_async_wait(int n){
-  while((int)t_groups.size()>n){ for(const Copy& c:t_groups.front()) std::memcpy(c.s,c.g,16); t_groups.erase(t_groups.begin()); }
-}
-std::atomic<bool> g_leak{false}; // a block ended with copies not waited for
+// cp.async of the shared-memory slot paths (emu_shim.h): late unless the
+// command line says eager.
+inline void cp_async16(float* s, const float* g) { emu_cp16(s, g); }
+inline void cp_async_commit() { emu_cp_commit(); }
+inline void cp_async_wait(int n) { emu_cp_wait(n); }
 #include RMS_CU
 
-// launch runs blocks one after another on threads threads (one per CUDA
-// thread), with real barriers for __syncthreads and the warp shuffles.
-void launch(int blocks, int threads, std::function<void()> k){
-  std::barrier<> bar(threads); g_bar=&bar; blockDim={(unsigned)threads,1,1};
-  int warps=threads/32;
-  for(int w=0;w<warps;w++) g_warp[w]=new std::barrier<>(32);
-  std::vector<std::thread> th;
-  for(int t=0;t<threads;t++) th.emplace_back([=,&bar]{
-    for(int b=0;b<blocks;b++){ threadIdx={(unsigned)t,0,0}; blockIdx={(unsigned)b,0,0}; k();
-      if(!t_open.empty() || !t_groups.empty()) g_leak=true;
-      t_open.clear(); t_groups.clear(); bar.arrive_and_wait(); } });
-  for(auto&x:th) x.join();
-  for(int w=0;w<warps;w++) delete g_warp[w];
-}
 // classOf is cuda/geometry.go's: the fused class of a dim in chunks of cw
 // elements (-1: none) and the block size of its rows.
 struct Class { int cw, k, maxNch; };
@@ -251,7 +189,9 @@ int runMixes(std::mt19937& rng, bool halfOnly){
     if(halfOnly && !(c.t.x!=T_F32 && c.dim%8==0 && c.dim>2048 && c.dim<=8192 && ioOf(F_DX|F_DW,c.t)!=T_ANY)) continue;
     int rows=c.rows, dim=c.dim; size_t n=(size_t)rows*dim;
     std::vector<float> xv(n),wv(dim),dyv(n);
-    for(auto&v:xv)v=U(rng); for(auto&v:dyv)v=U(rng)*0.5f; for(auto&v:wv)v=1+0.1f*U(rng);
+    for(auto&v:xv) v=U(rng);
+    for(auto&v:dyv) v=U(rng)*0.5f;
+    for(auto&v:wv) v=1+0.1f*U(rng);
     bytes x=enc(xv,c.t.x), w=enc(wv,c.t.w), dy=enc(dyv,c.t.dy);
     std::vector<float> r1,r2,r3,r4,r5; bytes dx1,dw1,dx2,dw2,dx3,dw3,dx4,dw4,dx5,dw5;
     runT(rows,dim,c.gmax,0,c.t,x,w,dy,r1,dx1,dw1);
@@ -310,7 +250,9 @@ int main(int argc, char** argv){
     if(halfOnly) break;
     int rows=c.rows, dim=c.dim; size_t n=(size_t)rows*dim;
     std::vector<float> x(n),w(dim),dy(n);
-    for(auto&v:x)v=U(rng); for(auto&v:dy)v=U(rng)*0.5f; for(auto&v:w)v=1+0.1f*U(rng);
+    for(auto&v:x) v=U(rng);
+    for(auto&v:dy) v=U(rng)*0.5f;
+    for(auto&v:w) v=1+0.1f*U(rng);
     std::vector<float> r1,dx1,dw1,r2,dx2,dw2,r3,dx3,dw3,r4,dx4,dw4;
     run(rows,dim,c.gmax,0,x,w,dy,r1,dx1,dw1);
     run(rows,dim,c.gmax,2,x,w,dy,r2,dx2,dw2);

@@ -99,6 +99,31 @@ __device__ __forceinline__ void store_out(E* p, const float o[V]) {
 	}
 }
 
+// chunkSums adds one chunk's terms to a row's sums, element by element:
+// ss (x*x) and s (dy*x*w, w of element j from wj(j)).
+template <typename E, int V, typename WF>
+__device__ __forceinline__ void chunkSums(const Raw<E, V>& xa, const Raw<E, V>& da, WF wj, float& ss, float& s) {
+#pragma unroll
+	for (int j = 0; j < V; j++) {
+		const float a = xa.get(j), d = da.get(j);
+		ss = __fmaf_rn(a, a, ss);
+		s = __fmaf_rn(__fmul_rn(d, a), wj(j), s);
+	}
+}
+
+// chunkDX computes one chunk's dx into o and adds its dw terms to dwj(j),
+// the dw sum of element j.
+template <typename E, int V, typename WF, typename DF>
+__device__ __forceinline__ void chunkDX(const Raw<E, V>& xa, const Raw<E, V>& da, WF wj, DF dwj, float r, float cc, float o[V]) {
+#pragma unroll
+	for (int j = 0; j < V; j++) {
+		const float a = xa.get(j), d = da.get(j);
+		o[j] = __fmul_rn(r, __fmaf_rn(-a, cc, __fmul_rn(d, wj(j))));
+		float& acc = dwj(j);
+		acc = __fmaf_rn(__fmul_rn(d, a), r, acc);
+	}
+}
+
 // One group per block, rows grp, grp+G, ...; thread t owns chunks t, t+T,
 // ... (K of them) of V elements.
 template <typename E, int T, int K, int V, int S, int R, bool WS>
@@ -149,6 +174,10 @@ __device__ __forceinline__ void body(const E* __restrict__ x, const float* __res
 		if constexpr (WS) return sw[j * nch + c];
 		else return wv[k][j];
 	};
+	auto dwget = [&](int k, int c, int j) -> float& {
+		if constexpr (WS) return sdw[j * nch + c];
+		else return acc[k][j];
+	};
 	int par = 0;
 	for (int bb = 0; bb < b1; bb += S) {
 #pragma unroll
@@ -160,14 +189,7 @@ __device__ __forceinline__ void body(const E* __restrict__ x, const float* __res
 #pragma unroll
 				for (int k = 0; k < K; k++) {
 					const int c = t + k * T;
-					if (c < nch) {
-#pragma unroll
-						for (int j = 0; j < V; j++) {
-							const float a = xs[i0 + q][k].get(j), d = ds[i0 + q][k].get(j);
-							ss[q] = __fmaf_rn(a, a, ss[q]);
-							s[q] = __fmaf_rn(__fmul_rn(d, a), wget(k, c, j), s[q]);
-						}
-					}
+					if (c < nch) chunkSums(xs[i0 + q][k], ds[i0 + q][k], [&](int j) { return wget(k, c, j); }, ss[q], s[q]);
 				}
 				ss[q] = warp_sum(ss[q]);
 				s[q] = warp_sum(s[q]);
@@ -187,13 +209,7 @@ __device__ __forceinline__ void body(const E* __restrict__ x, const float* __res
 						const int c = t + k * T;
 						if (c < nch) {
 							float o[V];
-#pragma unroll
-							for (int j = 0; j < V; j++) {
-								const float a = xs[i][k].get(j), d = ds[i][k].get(j);
-								o[j] = __fmul_rn(r, __fmaf_rn(-a, cc, __fmul_rn(d, wget(k, c, j))));
-								if constexpr (WS) sdw[j * nch + c] = __fmaf_rn(__fmul_rn(d, a), r, sdw[j * nch + c]);
-								else acc[k][j] = __fmaf_rn(__fmul_rn(d, a), r, acc[k][j]);
-							}
+							chunkDX(xs[i][k], ds[i][k], [&](int j) { return wget(k, c, j); }, [&](int j) -> float& { return dwget(k, c, j); }, r, cc, o);
 							store_out<E, V>(dx + rowOf(b) * dim + c * V, o);
 						}
 					}
@@ -293,6 +309,10 @@ __device__ __forceinline__ void bodyA(const E* __restrict__ x, const float* __re
 		if constexpr (WS) return sw[j * nch + c];
 		else return wv[k][j];
 	};
+	auto dwget = [&](int k, int c, int j) -> float& {
+		if constexpr (WS) return sdw[j * nch + c];
+		else return acc[k][j];
+	};
 	// issue copies row b into its slot (b % P) and commits one group, empty
 	// past the group's last row, so that every thread counts the same.
 	auto issue = [&](int b) {
@@ -331,13 +351,7 @@ __device__ __forceinline__ void bodyA(const E* __restrict__ x, const float* __re
 				for (int k = 0; k < K; k++) {
 					const int c = t + k * T;
 					if (c < nch) {
-						const Raw<E, V> xa = chunk(bb + q, 0, c), da = chunk(bb + q, 1, c);
-#pragma unroll
-						for (int j = 0; j < V; j++) {
-							const float a = xa.get(j), d = da.get(j);
-							ss[q] = __fmaf_rn(a, a, ss[q]);
-							s[q] = __fmaf_rn(__fmul_rn(d, a), wget(k, c, j), s[q]);
-						}
+						chunkSums(chunk(bb + q, 0, c), chunk(bb + q, 1, c), [&](int j) { return wget(k, c, j); }, ss[q], s[q]);
 					}
 				}
 			}
@@ -358,15 +372,9 @@ __device__ __forceinline__ void bodyA(const E* __restrict__ x, const float* __re
 				for (int k = 0; k < K; k++) {
 					const int c = t + k * T;
 					if (c < nch) {
-						const Raw<E, V> xa = chunk(b, 0, c), da = chunk(b, 1, c);
 						float o[V];
-#pragma unroll
-						for (int j = 0; j < V; j++) {
-							const float a = xa.get(j), d = da.get(j);
-							o[j] = __fmul_rn(r, __fmaf_rn(-a, cc, __fmul_rn(d, wget(k, c, j))));
-							if constexpr (WS) sdw[j * nch + c] = __fmaf_rn(__fmul_rn(d, a), r, sdw[j * nch + c]);
-							else acc[k][j] = __fmaf_rn(__fmul_rn(d, a), r, acc[k][j]);
-						}
+						chunkDX(chunk(b, 0, c), chunk(b, 1, c), [&](int j) { return wget(k, c, j); }, [&](int j) -> float& { return dwget(k, c, j); },
+						        r, cc, o);
 						store_out<E, V>(dx + rowOf(b) * dim + c * V, o);
 					}
 				}

@@ -10,51 +10,9 @@
 // of fused (body: rows in registers) at the same block size and chunk
 // width, dx and the dw partials alike, and both must agree with a double
 // reference. Exit status 1 on any failure.
-#include <atomic>
-#include <barrier>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <functional>
-#include <thread>
-#include <vector>
+#include "../testdata/emu_shim.h"
 
 #define ROWS_EMU 1
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define __restrict__
-#define __launch_bounds__(...)
-struct float4 { float x, y, z, w; };
-struct uint2 { unsigned x, y; };
-struct uint4 { unsigned x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
-inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
-inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-struct dim3 { unsigned x, y, z; };
-thread_local dim3 threadIdx, blockIdx;
-dim3 blockDim, gridDim;
-template <class T> T __ldg(const T* p) { return *p; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fmaf_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __frcp_rn(float a) { return 1.0f / a; }
-inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-std::barrier<>* g_bar;
-std::barrier<>* g_warp[16];
-float g_wbuf[16][32];
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int o) {
-	const int t = threadIdx.x, w = t >> 5, l = t & 31;
-	g_wbuf[w][l] = v;
-	g_warp[w]->arrive_and_wait();
-	const float r = g_wbuf[w][l ^ o];
-	g_warp[w]->arrive_and_wait();
-	return r;
-}
 // bf16_rne rounds to bfloat16 with round-to-nearest-even (cvt.rn.bf16x2;
 // the harness's inputs and outputs are finite).
 inline unsigned bf16_rne(float f) {
@@ -63,59 +21,14 @@ inline unsigned bf16_rne(float f) {
 	return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
 alignas(16) float4 dsm[232448 / 16];
-
-// cp.async: per thread, the copies of the open group and the committed
-// groups not yet waited for.
-struct Copy { void* s; const void* g; };
-bool g_eager;
-thread_local std::vector<Copy> t_open;
-thread_local std::vector<std::vector<Copy>> t_groups;
-inline void cp16(void* s, const void* g) {
-	if (g_eager) std::memcpy(s, g, 16);
-	else t_open.push_back({s, g});
-}
-inline void cp_commit() {
-	t_groups.push_back(t_open);
-	t_open.clear();
-}
+// cp.async (emu_shim.h): eager or late, as main sets g_eager.
+inline void cp16(void* s, const void* g) { emu_cp16(s, g); }
+inline void cp_commit() { emu_cp_commit(); }
 template <int N>
 inline void cp_wait() {
-	while ((int)t_groups.size() > N) {
-		for (const Copy& c : t_groups.front()) std::memcpy(c.s, c.g, 16);
-		t_groups.erase(t_groups.begin());
-	}
+	emu_cp_wait(N);
 }
 #include "rows.cu"
-
-// launch runs blocks blocks of threads threads one block after another.
-static void launch(int blocks, int threads, const std::function<void()>& k) {
-	std::barrier<> bar(threads);
-	g_bar = &bar;
-	blockDim = {(unsigned)threads, 1, 1};
-	gridDim = {(unsigned)blocks, 1, 1};
-	const int warps = threads / 32;
-	for (int w = 0; w < warps; w++) g_warp[w] = new std::barrier<>(32);
-	std::vector<std::thread> th;
-	std::atomic<bool> leak{false};
-	for (int t = 0; t < threads; t++)
-		th.emplace_back([&, t] {
-			for (int b = 0; b < blocks; b++) {
-				threadIdx = {(unsigned)t, 0, 0};
-				blockIdx = {(unsigned)b, 0, 0};
-				k();
-				if (!t_open.empty() || !t_groups.empty()) leak = true;
-				t_open.clear();
-				t_groups.clear();
-				bar.arrive_and_wait();
-			}
-		});
-	for (auto& x : th) x.join();
-	for (int w = 0; w < warps; w++) delete g_warp[w];
-	if (leak) {
-		std::printf("FAIL: a thread ended a block with copies not waited for\n");
-		std::exit(1);
-	}
-}
 
 typedef unsigned short B;
 static int failures;
@@ -163,6 +76,10 @@ static Out<E> runKernel(const Case<E>& C, int T, const std::function<void(E*, fl
 	o.part.assign((size_t)C.g * C.dim, NAN);
 	std::memset(dsm, 0xff, sizeof dsm); // stale slots are not zeros
 	launch(C.g, T, [&] { k(o.dx.data(), o.part.data()); });
+	if (g_leak) {
+		std::printf("FAIL: a thread ended a block with copies not waited for\n");
+		std::exit(1);
+	}
 	return o;
 }
 
