@@ -79,12 +79,13 @@ func testFastPathPool(t *testing.T, kind string) {
 	// of the retry loop (the tap sees one request).
 	gw.Kill()
 	gw.Start()
+	waitServing(t, gw, "s3://data/t/fast.safetensors#dy")
 	tp.reset()
 	if err := fetch(ctx, "dy"); err != nil {
 		t.Fatalf("fetch after a restart: %v", err)
 	}
 	if got := tp.matching(""); len(got) != 2 { // the Head's HEAD (cached header) and the GET
-		t.Errorf("after a restart: requests %v, want one HEAD and one GET", got)
+		t.Errorf("after a restart: requests %v (statuses %v), want one HEAD and one GET", got, tp.statuses())
 	}
 	if d, _ := s3.FastCounts(st); d != 2 {
 		t.Errorf("%d dials after a restart, want 2", d)

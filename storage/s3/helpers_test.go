@@ -187,6 +187,35 @@ next:
 	return out
 }
 
+// statuses returns the recorded requests' response statuses (0: none).
+func (tp *tap) statuses() []int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return append([]int(nil), tp.status...)
+}
+
+// waitServing waits until a store of its own reads tensor uri's header
+// (uri#name) through gw: a restarted MinIO says ready (/minio/health/ready) a moment
+// before it serves objects, and answers 503 meanwhile, which a test that
+// counts requests would take for its own retries.
+func waitServing(t *testing.T, gw *testenv.S3, uri string) {
+	t.Helper()
+	r := newRouter(newStore(t, gw, nil))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := r.Head(ctx, uri)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s not served 30 s after a restart: %v", gw.Kind, uri, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (tp *tap) reset() {
 	tp.mu.Lock()
 	tp.requests, tp.status = nil, nil
