@@ -37,8 +37,9 @@ type Backend struct {
 	perSM, maxStages int
 	smemOptin        int32
 	// halfSlots: class c8 compiled with x and dy in this many shared-memory
-	// slots (RMSGRAD_CUDA_HALF_SLOTS; 0: rows in registers, the default).
-	halfSlots int
+	// slots, halfSlotsR rows a barrier (RMSGRAD_CUDA_HALF_SLOTS; 0: rows in
+	// registers, the default).
+	halfSlots, halfSlotsR int
 	// rgAlign rounds each job's rows per group up to a multiple of it when
 	// that adds at most 2% (groups); 0 or 1: off.
 	rgAlign int
@@ -151,11 +152,9 @@ func open() (*Backend, error) {
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_STAGES")); err == nil && v >= 0 {
 		b.maxStages = min(v, 4)
 	}
-	hs, _, err := halfSlotsEnv()
-	if err != nil {
+	if b.halfSlots, b.halfSlotsR, err = halfSlotsEnv(); err != nil {
 		return nil, err
 	}
-	b.halfSlots = hs
 	b.rgAlign = defaultRGAlign
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_RG_ALIGN")); err == nil && v >= 0 {
 		b.rgAlign = v
@@ -226,7 +225,7 @@ func open() (*Backend, error) {
 	// Classes that keep w and the dw sums in shared memory may need more
 	// than the default 48 KiB of it (c8: 64 KiB at 8192).
 	for c, fc := range fusedClasses {
-		if n := b.classSmem(c, fc.cw*fc.k*fc.maxThreads); n > 0 {
+		if n := b.classSmem(c, fc.maxDim(fc.maxThreads)); n > 0 {
 			if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+shaders.CUDARowsFusedKernels[c]+")", d.cuFuncSetAttribute(b.fnRows[kFused0+c], funcAttrMaxDynSmem, int32(n))); err != nil {
 				return nil, err
 			}
@@ -238,7 +237,7 @@ func open() (*Backend, error) {
 		b.occ[c] = make([]int, fc.maxThreads/32)
 		for i := range b.occ[c] {
 			var n int32
-			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), uintptr(b.classSmem(c, fc.cw*fc.k*32*(i+1))))); err != nil {
+			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), uintptr(b.classSmem(c, fc.maxDim(32*(i+1)))))); err != nil {
 				return nil, err
 			}
 			b.occ[c][i] = int(n)
@@ -335,7 +334,7 @@ func (b *Backend) cachedKernels(fresh bool) (out [][]byte, fromDisk bool, err er
 	parts := kernelParts()
 	keys := make([]string, len(parts))
 	for p := range parts {
-		opts := strings.Join(compileOpts(b.arch, p), " ")
+		opts := strings.Join(b.compileOpts(p), " ")
 		h := sha256.New()
 		fmt.Fprintf(h, "rmsgrad cubin 1\x00%d\x00%s\x00%s\x00%d.%d\x00", p, b.arch, opts, major, minor)
 		io.WriteString(h, shaders.CUDASource)
@@ -398,17 +397,17 @@ func storeCubin(dir, key string, c []byte) {
 	_ = os.Remove(f.Name())
 }
 
-// compileOpts are NVRTC's options for part p of the kernels for arch (no
+// compileOpts are NVRTC's options for part p of the kernels for b.arch (no
 // RMS_PART option for p < 0).
-func compileOpts(arch string, p int) []string {
-	opts := []string{"--gpu-architecture=" + arch, "--std=c++17", "-lineinfo"}
+func (b *Backend) compileOpts(p int) []string {
+	opts := []string{"--gpu-architecture=" + b.arch, "--std=c++17", "-lineinfo"}
 	if p >= 0 {
 		opts = append(opts, fmt.Sprintf("-DRMS_PART=%d", p))
 	}
 	// Class c8's slots, in the program that holds c8 (the others keep
 	// their cached cubins).
-	if n, r, err := halfSlotsEnv(); err == nil && n > 0 && (p < 0 || slices.Contains(kernelParts()[p], shaders.CUDARowsFusedKernels[8])) {
-		opts = append(opts, fmt.Sprintf("-DRMS_C8_SLOTS=%d", n), fmt.Sprintf("-DRMS_C8_SLOTS_R=%d", r))
+	if b.halfSlots > 0 && (p < 0 || slices.Contains(kernelParts()[p], shaders.CUDARowsFusedKernels[8])) {
+		opts = append(opts, fmt.Sprintf("-DRMS_C8_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C8_SLOTS_R=%d", b.halfSlotsR))
 	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
@@ -450,19 +449,19 @@ func (b *Backend) classSmem(c, dim int) int {
 	return 0
 }
 
-// smemBytes is the dynamic shared memory of an entry's blocks on this
-// backend (entry.smemBytes, with c8's slots when it has them).
+// smemBytes is the dynamic shared memory an entry's blocks use: its fused
+// class's (classSmem), or the general kernel's row slots.
 func (b *Backend) smemBytes(e *entry) int {
 	if k := e.kernel(); k >= kFused0 {
 		return b.classSmem(k-kFused0, e.dim)
 	}
-	return e.smemBytes()
+	return e.stages * 8 * e.dim
 }
 
 // compileKernels compiles part p of shaders.CUDASource (RMS_PART=p) for
 // b.arch and returns its cubin.
 func (b *Backend) compileKernels(p int) ([]byte, error) {
-	return b.compileSource(shaders.CUDASource, shaders.CUDAFile, compileOpts(b.arch, p))
+	return b.compileSource(shaders.CUDASource, shaders.CUDAFile, b.compileOpts(p))
 }
 
 // compileSource compiles CUDA source src (named name in NVRTC's messages)

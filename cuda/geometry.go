@@ -75,14 +75,8 @@ func estBlocksPerSM(class, threads int) int {
 	return max(1, min(n, 2048/threads, 32))
 }
 
-// wsBytes is the shared memory a block of threads threads of a ws class
-// needs at most (8*dim bytes, dim at most cw*k*threads); 0 for the others.
-func (fc fusedClass) wsBytes(threads int) int {
-	if !fc.ws {
-		return 0
-	}
-	return 8 * fc.cw * fc.k * threads
-}
+// maxDim is the widest dim a block of threads threads of the class holds.
+func (fc fusedClass) maxDim(threads int) int { return fc.cw * fc.k * threads }
 
 // maxBlocksPerSM caps the blocks per SM of a class: more, smaller groups
 // only add dw partials.

@@ -230,7 +230,7 @@ func TestKernelsNVRTC(t *testing.T) {
 	wg.Wait()
 
 	var table strings.Builder
-	fmt.Fprintf(&table, "NVRTC %d.%d, `%s`: registers per thread and local memory per thread (bytes) of each kernel\n\n| kernel | block (launch bounds) |", major, minor, strings.Join(compileOpts("ARCH", -1), " "))
+	fmt.Fprintf(&table, "NVRTC %d.%d, `%s`: registers per thread and local memory per thread (bytes) of each kernel\n\n| kernel | block (launch bounds) |", major, minor, strings.Join((&Backend{arch: "ARCH"}).compileOpts(-1), " "))
 	for _, arch := range archs {
 		fmt.Fprintf(&table, " %s registers | %s local |", arch, arch)
 	}
@@ -271,7 +271,7 @@ func TestKernelsNVRTC(t *testing.T) {
 			if k.MaxThreads != fc.maxThreads {
 				t.Errorf("%s: %s has launch bounds of %d threads; fusedClasses[%d] says %d", arch, name, k.MaxThreads, c, fc.maxThreads)
 			}
-			dyn := fc.wsBytes(fc.maxThreads)
+			dyn := (&Backend{}).classSmem(c, fc.maxDim(fc.maxThreads))
 			if occ := lim.occupancy(k, fc.maxThreads, dyn); occ < fc.minBlocks {
 				t.Errorf("%s: %s at %d threads, %d registers, %d+%d bytes of shared memory: %d blocks a multiprocessor; the class promises %d",
 					arch, name, fc.maxThreads, k.Regs, k.Shared, dyn, occ, fc.minBlocks)
@@ -350,12 +350,12 @@ func TestKernelsNVRTC(t *testing.T) {
 	}
 }
 
-// checkHalfSlots compiles class c8 under RMSGRAD_CUDA_HALF_SLOTS (a
+// checkHalfSlots compiles class c8 as RMSGRAD_CUDA_HALF_SLOTS has it (a
 // benchmark variant: rows in shared-memory slots, w and the dw sums in
 // registers) for sm_90 and checks what a device run of it needs: the
 // launch bounds of the class, no spills (under NVRTC 11.8, v118), and at
-// the slots' shared memory (Backend.classSmem) at least two blocks per SM
-// at 4096 (128 threads) and one at 8192 (256).
+// the slots' shared memory (Backend.classSmem) the blocks per SM each
+// variant must reach at 4096 (128 threads), and one at 8192 (256).
 func checkHalfSlots(t *testing.T, nv *nvrtcAPI, parts [][]string, v118 bool) {
 	c8 := shaders.CUDARowsFusedKernels[8]
 	part := slices.IndexFunc(parts, func(names []string) bool { return slices.Contains(names, c8) })
@@ -364,12 +364,11 @@ func checkHalfSlots(t *testing.T, nv *nvrtcAPI, parts [][]string, v118 bool) {
 	}
 	lim := archLimits["sm_90"]
 	for _, v := range []struct {
-		env  string
-		p    int
+		env  string // as RMSGRAD_CUDA_HALF_SLOTS
+		p, r int
 		at4k int // blocks per SM it must reach at 4096
-	}{{"3", 3, 3}, {"2", 2, 4}, {"4,2", 4, 2}} {
-		t.Setenv("RMSGRAD_CUDA_HALF_SLOTS", v.env)
-		b := &Backend{nv: nv, arch: "sm_90", halfSlots: v.p}
+	}{{"3", 3, 1, 3}, {"2", 2, 1, 4}, {"4,2", 4, 2, 2}} {
+		b := &Backend{nv: nv, arch: "sm_90", halfSlots: v.p, halfSlotsR: v.r}
 		cubin, err := b.compileKernels(part)
 		if err != nil {
 			t.Errorf("RMSGRAD_CUDA_HALF_SLOTS=%s: %v", v.env, err)

@@ -101,16 +101,6 @@ func (e *entry) kernel() int {
 	return kRows
 }
 
-// smemBytes is the dynamic shared memory the entry's blocks use: the
-// general kernel's row slots, or w and the dw sums of a fused class that
-// keeps them there.
-func (e *entry) smemBytes() int {
-	if k := e.kernel(); k >= kFused0 && fusedClasses[k-kFused0].ws {
-		return 8 * e.dim
-	}
-	return e.stages * 8 * e.dim
-}
-
 // geom is where a job's rows run: rows per group and groups (blocks),
 // shared-memory row slots (rows_smem; 0: registers or streaming), the
 // block size, and the fused class of its dim (-1: none).

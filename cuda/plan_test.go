@@ -263,8 +263,8 @@ func TestClassOf(t *testing.T) {
 			if fc.cw != cw || th%32 != 0 || th > fc.maxThreads || th*fc.k < nch || (th-32)*fc.k >= nch || nch > fc.maxNch || c < prev {
 				t.Fatalf("cw %d dim %d: class %d (%+v), %d threads", cw, dim, c, fc, th)
 			}
-			if fc.ws && fc.wsBytes(th) < 8*dim {
-				t.Fatalf("cw %d dim %d: class %d reserves %d bytes of shared memory for %d", cw, dim, c, fc.wsBytes(th), 8*dim)
+			if n := (&Backend{}).classSmem(c, fc.maxDim(th)); fc.ws && n < 8*dim {
+				t.Fatalf("cw %d dim %d: class %d reserves %d bytes of shared memory for %d", cw, dim, c, n, 8*dim)
 			}
 			prev = c
 		}
@@ -438,7 +438,7 @@ func TestPlanDTypes(t *testing.T) {
 			if k == kFused0+4 || k == kFused0+8 {
 				wantSmem = 8 * dim
 			}
-			if got := e.smemBytes(); got != wantSmem {
+			if got := b.smemBytes(&e); got != wantSmem {
 				t.Errorf("%s, stages<=%d: %d bytes of shared memory; want %d", c.name, maxStages, got, wantSmem)
 			}
 		}
@@ -623,9 +623,9 @@ func TestHalfSlotsEnv(t *testing.T) {
 			t.Errorf("%q: the error does not name the variable: %v", c.v, err)
 		}
 	}
-	t.Setenv("RMSGRAD_CUDA_HALF_SLOTS", "4,2")
+	bs := &Backend{arch: "sm_90", halfSlots: 4, halfSlotsR: 2}
 	for p, names := range kernelParts() {
-		has := strings.Contains(strings.Join(compileOpts("sm_90", p), " "), "-DRMS_C8_SLOTS=4 -DRMS_C8_SLOTS_R=2")
+		has := strings.Contains(strings.Join(bs.compileOpts(p), " "), "-DRMS_C8_SLOTS=4 -DRMS_C8_SLOTS_R=2")
 		if want := slices.Contains(names, shaders.CUDARowsFusedKernels[8]); has != want {
 			t.Errorf("part %d (%v): slots options %v, want %v", p, names, has, want)
 		}

@@ -60,6 +60,14 @@ type harnessVariant struct {
 	targs         string
 }
 
+// kernel is the harness kernel the variant times.
+func (v harnessVariant) kernel() string {
+	if v.async {
+		return "fusedA"
+	}
+	return "fused"
+}
+
 var (
 	harnessShape = regexp.MustCompile(`Shape S\{(\d+), (\d+), (\d)\}`)
 	harnessRun   = regexp.MustCompile(`\brun(A?)<([^>]*)>\(S, (\d+)`)
@@ -171,7 +179,7 @@ func TestVariantsNVRTC(t *testing.T) {
 	for _, v := range vs {
 		k := ks[name[fmt.Sprint(v.async, v.targs)]]
 		if k == nil {
-			t.Errorf("rows.cu:%d: %s<%s> is not in the cubin", v.line, map[bool]string{true: "fusedA", false: "fused"}[v.async], v.targs)
+			t.Errorf("rows.cu:%d: %s<%s> is not in the cubin", v.line, v.kernel(), v.targs)
 			continue
 		}
 		dyn := 0
@@ -183,7 +191,7 @@ func TestVariantsNVRTC(t *testing.T) {
 		}
 		occ := lim.occupancy(k, v.t, dyn)
 		t.Logf("rows.cu:%d: %s<%s> at dim %d: %d registers, %d bytes local, %d+%d bytes shared, %d blocks per SM (times %d)",
-			v.line, map[bool]string{true: "fusedA", false: "fused"}[v.async], v.targs, v.dim, k.Regs, k.Local, k.Shared, dyn, occ, v.bps)
+			v.line, v.kernel(), v.targs, v.dim, k.Regs, k.Local, k.Shared, dyn, occ, v.bps)
 		if !v.async {
 			continue
 		}

@@ -895,7 +895,7 @@ __device__ void rows_smem(const Job& J, int grp, float* red, float* sm) {
 // (each is read from its slot twice: the sums, then dx and dw), w and the
 // dw sums are. The arithmetic is rows_regs' fused path (CW 8) chunk by
 // chunk in the same order, so at the same block size the bits are the same
-// (TestKernelsOnCPU with RMS_C8_SLOTS). Slot i holds x's chunks at
+// (TestHalfSlotsOnCPU). Slot i holds x's chunks at
 // rms_dyn + i*2*nch and dy's after them: 4*P*dim bytes a block.
 template <int K, int P, int R, int IO>
 __device__ void rows_slots(const Job& J, int grp, float* red) {
