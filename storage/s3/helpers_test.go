@@ -195,8 +195,9 @@ func (tp *tap) statuses() []int {
 }
 
 // waitServing waits until a store of its own reads tensor uri's header
-// (uri#name) through gw: a restarted MinIO says ready (/minio/health/ready) a moment
-// before it serves objects, and answers 503 meanwhile, which a test that
+// (uri#name) through gw. A server that says ready after a restart may not
+// serve objects yet: a clean CI run once saw two HEADs against MinIO just
+// after its restart (the cause was not reproduced here), which a test that
 // counts requests would take for its own retries.
 func waitServing(t *testing.T, gw *testenv.S3, uri string) {
 	t.Helper()
