@@ -45,6 +45,9 @@ type e2eResult struct {
 	GBs       float64       // tensor bytes (x, w, dy in; dx, dw out) per second
 	CPUPerJob time.Duration // the worker process's user+sys CPU per job
 	AvgBatch  float64
+	// bin/worker runs only: the servers' CPU and the machine's busy cores
+	// over the same interval as CPUPerJob.
+	Servers serverCPU
 	// In-process runs only: heap allocations per job and the profiles.
 	AllocsPerJob float64
 	BytesPerJob  float64
@@ -128,17 +131,19 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	}
 	var defs, ones, bases, variants []e2eResult
 	var smallRatios []float64
+	var smallCeil []storageResult
 	for range max(1, o.repeat) {
 		r, err := run(small, 0)
 		if err != nil {
 			return rows, notes, err
 		}
 		defs = append(defs, r)
-		c, err := benchStorage(ctx, mc, small, small.Jobs, o.concurrency)
+		c, err := benchStorage(ctx, e, mc, small, small.Jobs, o.concurrency)
 		if err != nil {
 			return rows, notes, err
 		}
 		smallRatios = append(smallRatios, r.JobsPerS/c.JobsPerS())
+		smallCeil = append(smallCeil, c)
 		if r, err = run(small, 1); err != nil {
 			return rows, notes, err
 		}
@@ -183,7 +188,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 				if err != nil {
 					return rows, notes, err
 				}
-				c, err := benchStorage(ctx, mc, s, s.Jobs, o.concurrency)
+				c, err := benchStorage(ctx, e, mc, s, s.Jobs, o.concurrency)
 				if err != nil {
 					return rows, notes, err
 				}
@@ -214,6 +219,9 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			}
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("small %dx%d, default batching (median of %d; rounds: %s)", s.Rows, s.Dim, len(defs), strings.Join(per, ", ")),
 				r.figure(), "lower ceiling: "+what, ratio, 1, 0.5))
+			if sr, ok := serversRow(defs, smallCeil); ok {
+				rows = append(rows, sr)
+			}
 		case "large":
 			var per []string
 			for _, x := range largeRatios {
@@ -258,6 +266,41 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	}
 	prows, pnotes, err := benchProfile(ctx, e, o, rs, staged[small.Name], small)
 	return append(rows, prows...), append(notes, pnotes...), err
+}
+
+// serversRow splits the small rounds' CPU by process (medians over the
+// rounds): the worker, versitygw and redis-server per job, and the
+// machine's busy cores, beside versitygw's CPU and the busy cores per
+// job-equivalent at the storage ceiling measured in the same rounds. It
+// shows whether the gap to the ceiling is the machine's cores (busy near
+// the core count), the server's work per job (versitygw's CPU above its
+// ceiling share: the third GET, the result write) or neither (latency).
+func serversRow(defs []e2eResult, ceil []storageResult) (row, bool) {
+	for _, r := range defs {
+		if !r.Servers.OK {
+			return row{}, false
+		}
+	}
+	for _, c := range ceil {
+		if !c.GetCPU.OK || !c.PutCPU.OK {
+			return row{}, false
+		}
+	}
+	us := func(d time.Duration, n int) float64 { return perOp(d, n) }
+	w := medianOf(defs, func(r e2eResult) float64 { return float64(r.CPUPerJob.Nanoseconds()) / 1e3 })
+	gw := medianOf(defs, func(r e2eResult) float64 { return us(r.Servers.GW, r.Jobs) })
+	rs := medianOf(defs, func(r e2eResult) float64 { return us(r.Servers.Redis, r.Jobs) })
+	busy := medianOf(defs, func(r e2eResult) float64 { return r.Servers.Busy })
+	busyJob := medianOf(defs, func(r e2eResult) float64 { return 1e6 * r.Servers.Busy / r.JobsPerS })
+	cgw := medianOf(ceil, func(c storageResult) float64 { return c.GWPerJob() })
+	cbusy := medianOf(ceil, func(c storageResult) float64 { return c.BusyPerJob() })
+	cbusyCores := medianOf(ceil, func(c storageResult) float64 { return (c.GetCPU.Busy + c.PutCPU.Busy) / 2 })
+	cores := defs[0].Servers.Cores
+	return row{Section: "e2e", What: fmt.Sprintf("small: CPU per job by process (medians of %d rounds; /proc)", len(defs)),
+		Figure: fmt.Sprintf("worker %.0f us, versitygw %.0f us, redis-server %.0f us; machine %.0f us busy/job, %.1f of %d cores busy",
+			w, gw, rs, busyJob, busy, cores),
+		Ceiling: fmt.Sprintf("at the storage ceiling of the same rounds (2 GET + 1 PUT): versitygw %.0f us/job, machine %.0f us busy/job, %.1f cores busy",
+			cgw, cbusy, cbusyCores)}, true
 }
 
 // median returns a run whose jobs/s, GB/s, CPU/job and jobs/batch are
@@ -556,6 +599,7 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 		return res, fmt.Errorf("e2e: %s did not log \"worker started\" within 60s; log:\n%s", bin, tail.String())
 	}
 	start := time.Now()
+	srv0 := e.snapServers()
 	cpu0, err := procCPU(cmd.Process.Pid)
 	if err != nil {
 		stop()
@@ -574,6 +618,7 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 				stop()
 				return res, err
 			}
+			res.Servers = e.snapServers().since(srv0)
 			break
 		}
 		if err == nil && (qi.Retry > 0 || qi.Archived > 0) {

@@ -148,7 +148,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		for _, s := range shapes {
-			r, err := benchStorage(ctx, mc, s, s.Jobs, o.concurrency)
+			r, err := benchStorage(ctx, e, mc, s, s.Jobs, o.concurrency)
 			if err != nil {
 				return err
 			}

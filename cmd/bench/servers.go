@@ -177,9 +177,13 @@ func startEnv(ctx context.Context) (*env, error) {
 	// of the worker alike would pay a TCP dial and close, which real S3
 	// services do not make clients pay. --quiet: no per-request log line on
 	// stdout (the gateway's CPU is the machine's, shared with the worker).
+	// RMSGRAD_BENCH_VERSITYGW_ARGS adds gateway flags for a diagnosis
+	// (e.g. "--pprof 127.0.0.1:6060" or "--access-log /tmp/gw.log").
+	gwArgs := []string{"--access", e.accessKey, "--secret", e.secretKey, "--port", "127.0.0.1:" + strconv.Itoa(sp),
+		"--keep-alive", "--quiet"}
+	gwArgs = append(gwArgs, strings.Fields(os.Getenv("RMSGRAD_BENCH_VERSITYGW_ARGS"))...)
 	e.s3, err = startServer(ctx, "versitygw", gwBin, "127.0.0.1:"+strconv.Itoa(sp), e.s3Root,
-		[]string{"--access", e.accessKey, "--secret", e.secretKey, "--port", "127.0.0.1:" + strconv.Itoa(sp),
-			"--keep-alive", "--quiet", "posix", e.s3Root})
+		append(gwArgs, "posix", e.s3Root))
 	if err != nil {
 		e.close()
 		return nil, err

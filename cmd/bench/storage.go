@@ -59,6 +59,24 @@ type storageResult struct {
 	GetPerS     float64
 	PutGBs      float64
 	GetGBs      float64
+	// The servers' CPU and the machine's busy cores during the PUTs and
+	// the GETs (OK false where /proc could not be read).
+	PutCPU, GetCPU serverCPU
+}
+
+// GWPerJob is versitygw's CPU per job-equivalent (2 GETs and 1 PUT) at
+// the ceiling, in microseconds.
+func (r storageResult) GWPerJob() float64 {
+	return 2*perOp(r.GetCPU.GW, r.Objects) + perOp(r.PutCPU.GW, r.Objects)
+}
+
+// BusyPerJob is the machine's busy CPU per job-equivalent at the ceiling,
+// in microseconds.
+func (r storageResult) BusyPerJob() float64 {
+	if r.GetPerS == 0 || r.PutPerS == 0 {
+		return 0
+	}
+	return 1e6 * (2*r.GetCPU.Busy/r.GetPerS + r.PutCPU.Busy/r.PutPerS)
 }
 
 // JobsPerS is the jobs/s that storage alone allows for this shape: a job
@@ -97,7 +115,7 @@ func newMinio(e *env, concurrency int) (*minio.Client, error) {
 // benchStorage PUTs n objects of x's size with concurrency workers, then
 // GETs them back into per-worker buffers (as the worker reads into pooled
 // buffers), and reports both rates.
-func benchStorage(ctx context.Context, mc *minio.Client, s shape, n, concurrency int) (storageResult, error) {
+func benchStorage(ctx context.Context, e *env, mc *minio.Client, s shape, n, concurrency int) (storageResult, error) {
 	res := storageResult{Shape: s, Objects: n, Concurrency: concurrency}
 	size := s.XBytes()
 	data := make([]byte, size)
@@ -132,6 +150,7 @@ func benchStorage(ctx context.Context, mc *minio.Client, s shape, n, concurrency
 		return time.Since(t0), err
 	}
 
+	c0 := e.snapServers()
 	put, err := run(func(ctx context.Context, i int, _ []byte) error {
 		_, err := mc.PutObject(ctx, benchBucket, key(i), bytes.NewReader(data), int64(size), putOptions())
 		if err != nil {
@@ -142,6 +161,8 @@ func benchStorage(ctx context.Context, mc *minio.Client, s shape, n, concurrency
 	if err != nil {
 		return res, err
 	}
+	c1 := e.snapServers()
+	res.PutCPU = c1.since(c0)
 	get, err := run(func(ctx context.Context, i int, buf []byte) error {
 		obj, err := mc.GetObject(ctx, benchBucket, key(i), minio.GetObjectOptions{})
 		if err != nil {
@@ -160,6 +181,7 @@ func benchStorage(ctx context.Context, mc *minio.Client, s shape, n, concurrency
 	if err != nil {
 		return res, err
 	}
+	res.GetCPU = e.snapServers().since(c1)
 	res.PutPerS = float64(n) / put.Seconds()
 	res.GetPerS = float64(n) / get.Seconds()
 	res.PutGBs = res.PutPerS * float64(size) / 1e9
