@@ -22,6 +22,13 @@ type ServersConfig struct {
 	// Redis records another, Start fails (and, later, Err reports it and
 	// the worker keeps its shards). 0 follows the record.
 	Shards int
+	// Fetchers is how many asynq servers serve each shard index (0 or 1:
+	// one). An asynq server takes its tasks one at a time (one Redis round
+	// trip each, processor.exec), so one server's fetch rate is bounded by
+	// that round trip whatever its concurrency; more servers on the same
+	// queues fetch side by side, each with its share of the concurrency,
+	// exactly as workers of a fleet do.
+	Fetchers int
 	// Server is the template of each asynq server: Concurrency is the
 	// worker's total, split evenly over the servers; Queues is set from
 	// the layouts; StrictPriority orders the logical queues within each.
@@ -226,18 +233,22 @@ func (s *Servers) apply(layouts map[string]Layout, now time.Time) (old []*asynq.
 		s.layouts = layouts
 		return nil, nil
 	}
-	conc := (s.cfg.Server.Concurrency + len(plan) - 1) / len(plan)
+	fetchers := max(s.cfg.Fetchers, 1)
+	n := len(plan) * fetchers
+	conc := (s.cfg.Server.Concurrency + n - 1) / n
 	var started []*asynq.Server
 	for _, queues := range plan {
-		c := s.cfg.Server
-		c.Queues = queues
-		c.Concurrency = max(conc, 1)
-		srv := asynq.NewServerFromRedisClient(s.rdb, c)
-		if err := srv.Start(s.h); err != nil {
-			shutdownAll(started)
-			return nil, fmt.Errorf("asynq server for queues %v: %w", slices.Sorted(maps.Keys(queues)), err)
+		for range fetchers {
+			c := s.cfg.Server
+			c.Queues = queues
+			c.Concurrency = max(conc, 1)
+			srv := asynq.NewServerFromRedisClient(s.rdb, c)
+			if err := srv.Start(s.h); err != nil {
+				shutdownAll(started)
+				return nil, fmt.Errorf("asynq server for queues %v: %w", slices.Sorted(maps.Keys(queues)), err)
+			}
+			started = append(started, srv)
 		}
-		started = append(started, srv)
 	}
 	old = s.servers
 	s.servers, s.plan, s.layouts = started, plan, layouts
@@ -245,7 +256,7 @@ func (s *Servers) apply(layouts map[string]Layout, now time.Time) (old []*asynq.
 	for _, m := range plan {
 		served = append(served, slices.Sorted(maps.Keys(m))...)
 	}
-	s.log.Info("serving queues", "servers", len(plan), "queues", served, "concurrency_each", max(conc, 1))
+	s.log.Info("serving queues", "servers", n, "fetchers_per_shard", fetchers, "queues", served, "concurrency_each", max(conc, 1))
 	return old, nil
 }
 

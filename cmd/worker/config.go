@@ -35,6 +35,7 @@ type Config struct {
 	Procs          int            `yaml:"procs"`       // GOMAXPROCS; 0 = Go's default (the CPUs the process may use)
 	Queues         map[string]int `yaml:"queues"`      // queue -> priority weight
 	Shards         int            `yaml:"shards"`      // asynq queues per logical queue; 0 = as recorded in Redis
+	Fetchers       int            `yaml:"fetchers"`    // asynq servers (fetch loops) per shard; 0 = 1
 	StrictPrio     bool           `yaml:"strict_priority"`
 	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
 	RetryBase      time.Duration  `yaml:"retry_base"`
@@ -213,6 +214,7 @@ func loadConfigTo(args []string, getenv func(string) string, stdout, stderr io.W
 	redis := fs.String("redis", "", "Redis host:port, or a redis:// / rediss:// URL")
 	redisCluster := fs.String("redis-cluster", "", "Redis Cluster seed nodes, host:port,host:port,...")
 	shards := fs.Int("shards", 0, "shards per queue this worker expects (0: as recorded in Redis)")
+	fetchers := fs.Int("fetchers", 0, "fetch loops (asynq servers) per shard, sharing concurrency (0: 1)")
 	backend := fs.String("backend", "", "compute backend: auto|cpu|metal|cuda")
 	conc := fs.Int("concurrency", 0, "handler goroutines")
 	procs := fs.Int("procs", 0, "GOMAXPROCS: threads running Go code at once (0: Go's default)")
@@ -258,6 +260,8 @@ func loadConfigTo(args []string, getenv func(string) string, stdout, stderr io.W
 			cfg.Redis.ClusterAddrs = redisconf.SplitAddrs(*redisCluster)
 		case "shards":
 			cfg.Shards = *shards
+		case "fetchers":
+			cfg.Fetchers = *fetchers
 		case "backend":
 			cfg.Backend = *backend
 		case "concurrency":
@@ -299,6 +303,7 @@ var envVars = []struct{ env, key string }{
 	{"RMSGRAD_BATCH_MAX_JOBS", "batch.max_jobs"}, {"RMSGRAD_BATCH_MAX_WAIT", "batch.max_wait"},
 	{"RMSGRAD_DEV_REDIS_ADDR", "dev.redis_addr"}, {"RMSGRAD_DEV_DIR", "dev.dir"},
 	{"RMSGRAD_REDIS_CLUSTER_ADDRS", "redis.cluster_addrs"}, {"RMSGRAD_SHARDS", "shards"},
+	{"RMSGRAD_FETCHERS", "fetchers"},
 }
 
 func applyEnv(cfg *Config, getenv func(string) string) error {
@@ -351,6 +356,8 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 			cfg.Redis.ClusterAddrs = redisconf.SplitAddrs(v)
 		case "shards":
 			cfg.Shards, err = strconv.Atoi(v)
+		case "fetchers":
+			cfg.Fetchers, err = strconv.Atoi(v)
 		}
 		if err != nil {
 			return fmt.Errorf("config: %s (from %s=%q): %w", e.key, e.env, v, err)
@@ -471,6 +478,9 @@ func (c *Config) validate() error {
 	}
 	if c.Shards < 0 {
 		return bad("shards", "must be >= 0 (0: as recorded in Redis), got %d", c.Shards)
+	}
+	if c.Fetchers < 0 || c.Fetchers > c.Concurrency {
+		return bad("fetchers", "must be in 0..concurrency (%d) (0: one fetch loop per shard), got %d", c.Concurrency, c.Fetchers)
 	}
 	if c.Dev.Enabled && c.Dev.RedisAddr == "" {
 		return bad("dev.redis_addr", "must be set in dev mode")

@@ -140,7 +140,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	srv := jobs.NewServers(redis, jobs.ServersConfig{Queues: cfg.Queues, Shards: cfg.Shards, Logger: log, Server: asynq.Config{
+	srv := jobs.NewServers(redis, jobs.ServersConfig{Queues: cfg.Queues, Shards: cfg.Shards, Fetchers: cfg.Fetchers, Logger: log, Server: asynq.Config{
 		Concurrency:    cfg.Concurrency,
 		StrictPriority: cfg.StrictPrio,
 		RetryDelayFunc: jobs.RetryDelay(cfg.RetryBase, cfg.RetryMax),
