@@ -13,14 +13,20 @@ import (
 	"github.com/rmsgrad/rmsgrad/internal/testenv"
 )
 
-// TestFetchers runs a queue with three fetch loops on a real Redis: three
-// asynq servers on the same queue, each with a third of the concurrency;
-// every task runs exactly once, and never more than the worker's
-// concurrency at a time.
+// TestFetchers runs a queue with several fetch loops on a real Redis:
+// that many asynq servers on the same queue, each with its share of the
+// concurrency; every task runs exactly once, and never more than the
+// worker's concurrency at a time. Fetchers 0 runs AutoFetchLoops.
 func TestFetchers(t *testing.T) {
+	for _, c := range []struct{ fetchers, conc, servers int }{{3, 6, 3}, {0, 8, AutoFetchLoops}, {1, 4, 1}} {
+		t.Run(fmt.Sprintf("fetchers=%d", c.fetchers), func(t *testing.T) { testFetchers(t, c.fetchers, c.conc, c.servers) })
+	}
+}
+
+func testFetchers(t *testing.T, fetchers, conc, servers int) {
 	rs := testenv.Redis(t)
 	r := asynq.RedisClientOpt{Addr: rs.Addr}
-	const conc, fetchers, n = 6, 3, 120
+	const n = 120
 	srv := NewServers(r, ServersConfig{Queues: map[string]int{DefaultQueue: 1}, Fetchers: fetchers, Server: asynq.Config{
 		Concurrency: conc, LogLevel: asynq.WarnLevel, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 10 * time.Second}})
 	var mu sync.Mutex
@@ -52,16 +58,16 @@ func TestFetchers(t *testing.T) {
 	var infos []*asynq.ServerInfo
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var err error
-		if infos, err = insp.Servers(); err == nil && len(infos) == fetchers {
+		if infos, err = insp.Servers(); err == nil && len(infos) == servers {
 			break
 		}
 	}
-	if len(infos) != fetchers {
-		t.Fatalf("asynq servers registered: %d, want %d (one per fetch loop)", len(infos), fetchers)
+	if len(infos) != servers {
+		t.Fatalf("asynq servers registered: %d, want %d (one per fetch loop)", len(infos), servers)
 	}
 	for _, si := range infos {
-		if si.Concurrency != conc/fetchers || si.Queues[DefaultQueue] != 1 {
-			t.Fatalf("server %s: concurrency %d, queues %v; want %d on %s", si.ID, si.Concurrency, si.Queues, conc/fetchers, DefaultQueue)
+		if si.Concurrency != conc/servers || si.Queues[DefaultQueue] != 1 {
+			t.Fatalf("server %s: concurrency %d, queues %v; want %d on %s", si.ID, si.Concurrency, si.Queues, conc/servers, DefaultQueue)
 		}
 	}
 
@@ -91,7 +97,7 @@ func TestFetchers(t *testing.T) {
 			t.Fatalf("task %s ran %d times, want 1", k, c)
 		}
 	}
-	if p := peak.Load(); p > conc {
+	if p := peak.Load(); p > int64(conc) {
 		t.Fatalf("peak %d tasks at once, over the worker's concurrency %d", p, conc)
 	}
 }
