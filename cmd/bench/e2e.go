@@ -274,7 +274,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 // job-equivalent at the storage ceiling measured in the same rounds. It
 // shows whether the gap to the ceiling is the machine's cores (busy near
 // the core count), the server's work per job (versitygw's CPU above its
-// ceiling share: the third GET, the result write) or neither (latency).
+// ceiling share: the reads of w, the PUT's checksum) or neither (latency).
 func serversRow(defs []e2eResult, ceil []storageResult) (row, bool) {
 	for _, r := range defs {
 		if !r.Servers.OK {
@@ -286,10 +286,9 @@ func serversRow(defs []e2eResult, ceil []storageResult) (row, bool) {
 			return row{}, false
 		}
 	}
-	us := func(d time.Duration, n int) float64 { return perOp(d, n) }
 	w := medianOf(defs, func(r e2eResult) float64 { return float64(r.CPUPerJob.Nanoseconds()) / 1e3 })
-	gw := medianOf(defs, func(r e2eResult) float64 { return us(r.Servers.GW, r.Jobs) })
-	rs := medianOf(defs, func(r e2eResult) float64 { return us(r.Servers.Redis, r.Jobs) })
+	gw := medianOf(defs, func(r e2eResult) float64 { return perOp(r.Servers.GW, r.Jobs) })
+	rs := medianOf(defs, func(r e2eResult) float64 { return perOp(r.Servers.Redis, r.Jobs) })
 	busy := medianOf(defs, func(r e2eResult) float64 { return r.Servers.Busy })
 	busyJob := medianOf(defs, func(r e2eResult) float64 { return 1e6 * r.Servers.Busy / r.JobsPerS })
 	cgw := medianOf(ceil, func(c storageResult) float64 { return c.GWPerJob() })
