@@ -35,7 +35,7 @@ type Config struct {
 	Procs          int            `yaml:"procs"`       // GOMAXPROCS; 0 = Go's default (the CPUs the process may use)
 	Queues         map[string]int `yaml:"queues"`      // queue -> priority weight
 	Shards         int            `yaml:"shards"`      // asynq queues per logical queue; 0 = as recorded in Redis
-	Fetchers       int            `yaml:"fetchers"`    // asynq servers (fetch loops) per shard; 0 = 1
+	Fetchers       int            `yaml:"fetchers"`    // asynq servers (fetch loops) per shard; 0 = 4 in all (jobs.AutoFetchLoops)
 	StrictPrio     bool           `yaml:"strict_priority"`
 	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
 	RetryBase      time.Duration  `yaml:"retry_base"`
