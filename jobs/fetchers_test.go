@@ -18,7 +18,7 @@ import (
 // concurrency; every task runs exactly once, and never more than the
 // worker's concurrency at a time. Fetchers 0 runs AutoFetchLoops.
 func TestFetchers(t *testing.T) {
-	for _, c := range []struct{ fetchers, conc, servers int }{{3, 6, 3}, {0, 8, AutoFetchLoops}, {1, 4, 1}} {
+	for _, c := range []struct{ fetchers, conc, servers int }{{3, 6, 3}, {0, 16, AutoFetchLoops}, {1, 4, 1}} {
 		t.Run(fmt.Sprintf("fetchers=%d", c.fetchers), func(t *testing.T) { testFetchers(t, c.fetchers, c.conc, c.servers) })
 	}
 }

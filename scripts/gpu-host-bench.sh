@@ -42,7 +42,7 @@ exec "\$d/../lib/ld-linux-x86-64.so.2" --library-path "\$d/../lib" "\$d/$p" "\$@
 W
 	done
 	for n in 2 4 8 16; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --procs %s "$@"\n' "$n" >"$d/bin/worker-procs$n"; done
-	for n in 1 2 8; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --fetchers %s "$@"\n' "$n" >"$d/bin/worker-fetch$n"; done
+	for n in 1 2 4 8 16; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --fetchers %s "$@"\n' "$n" >"$d/bin/worker-fetch$n"; done
 	for n in 32 128 256; do printf '#!/bin/sh\nexec /tmp/d/bin/worker --concurrency %s "$@"\n' "$n" >"$d/bin/worker-conc$n"; done
 	chmod +x "$d/bin/"*
 	tar -C "$d" -cJf .devcarry/c.tar.xz bin lib

@@ -35,7 +35,7 @@ type Config struct {
 	Procs          int            `yaml:"procs"`       // GOMAXPROCS; 0 = Go's default (the CPUs the process may use)
 	Queues         map[string]int `yaml:"queues"`      // queue -> priority weight
 	Shards         int            `yaml:"shards"`      // asynq queues per logical queue; 0 = as recorded in Redis
-	Fetchers       int            `yaml:"fetchers"`    // asynq servers (fetch loops) per shard; 0 = 4 in all (jobs.AutoFetchLoops)
+	Fetchers       int            `yaml:"fetchers"`    // asynq servers (fetch loops) per shard; 0 = 8 in all (jobs.AutoFetchLoops)
 	StrictPrio     bool           `yaml:"strict_priority"`
 	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
 	RetryBase      time.Duration  `yaml:"retry_base"`
@@ -214,7 +214,7 @@ func loadConfigTo(args []string, getenv func(string) string, stdout, stderr io.W
 	redis := fs.String("redis", "", "Redis host:port, or a redis:// / rediss:// URL")
 	redisCluster := fs.String("redis-cluster", "", "Redis Cluster seed nodes, host:port,host:port,...")
 	shards := fs.Int("shards", 0, "shards per queue this worker expects (0: as recorded in Redis)")
-	fetchers := fs.Int("fetchers", 0, "fetch loops (asynq servers) per shard, sharing concurrency (0: 4 in all, rounded up per shard)")
+	fetchers := fs.Int("fetchers", 0, "fetch loops (asynq servers) per shard, sharing concurrency (0: 8 in all, rounded up per shard)")
 	backend := fs.String("backend", "", "compute backend: auto|cpu|metal|cuda")
 	conc := fs.Int("concurrency", 0, "handler goroutines")
 	procs := fs.Int("procs", 0, "GOMAXPROCS: threads running Go code at once (0: Go's default)")
@@ -480,7 +480,7 @@ func (c *Config) validate() error {
 		return bad("shards", "must be >= 0 (0: as recorded in Redis), got %d", c.Shards)
 	}
 	if c.Fetchers < 0 || c.Fetchers > c.Concurrency {
-		return bad("fetchers", "must be in 0..concurrency (%d) (0: 4 fetch loops in all), got %d", c.Concurrency, c.Fetchers)
+		return bad("fetchers", "must be in 0..concurrency (%d) (0: 8 fetch loops in all), got %d", c.Concurrency, c.Fetchers)
 	}
 	if c.Dev.Enabled && c.Dev.RedisAddr == "" {
 		return bad("dev.redis_addr", "must be set in dev mode")
