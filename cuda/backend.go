@@ -36,7 +36,7 @@ type Backend struct {
 	// paths), the per-block shared memory limit.
 	perSM, maxStages int
 	smemOptin        int32
-	// halfSlots: class c9 compiled with x and dy in this many shared-memory
+	// halfSlots: class c8 compiled with x and dy in this many shared-memory
 	// slots, halfSlotsR rows a barrier (RMSGRAD_CUDA_HALF_SLOTS; 0: rows in
 	// registers, the default).
 	halfSlots, halfSlotsR int
@@ -223,7 +223,7 @@ func open() (*Backend, error) {
 		}
 	}
 	// Classes that keep w and the dw sums in shared memory may need more
-	// than the default 48 KiB of it (c9: 64 KiB at 8192).
+	// than the default 48 KiB of it (c8: 64 KiB at 8192).
 	for c, fc := range fusedClasses {
 		if n := b.classSmem(c, fc.maxDim(fc.maxThreads)); n > 0 {
 			if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+shaders.CUDARowsFusedKernels[c]+")", d.cuFuncSetAttribute(b.fnRows[kFused0+c], funcAttrMaxDynSmem, int32(n))); err != nil {
@@ -404,22 +404,18 @@ func (b *Backend) compileOpts(p int) []string {
 	if p >= 0 {
 		opts = append(opts, fmt.Sprintf("-DRMS_PART=%d", p))
 	}
-	// Class c9's slots, in the program that holds c9 (the others keep
+	// Class c8's slots, in the program that holds c8 (the others keep
 	// their cached cubins).
-	if b.halfSlots > 0 && (p < 0 || slices.Contains(kernelParts()[p], shaders.CUDARowsFusedKernels[halfSlotsClass])) {
-		opts = append(opts, fmt.Sprintf("-DRMS_C9_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C9_SLOTS_R=%d", b.halfSlotsR))
+	if b.halfSlots > 0 && (p < 0 || slices.Contains(kernelParts()[p], shaders.CUDARowsFusedKernels[8])) {
+		opts = append(opts, fmt.Sprintf("-DRMS_C8_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C8_SLOTS_R=%d", b.halfSlotsR))
 	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
 	return append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
 }
 
-// halfSlotsClass is the fused class that RMSGRAD_CUDA_HALF_SLOTS compiles
-// with its rows in shared-memory slots: c9, half rows up to 8192.
-const halfSlotsClass = 9
-
 // halfSlotsEnv reads RMSGRAD_CUDA_HALF_SLOTS, a benchmark variant of class
-// c9 (half rows up to 8192): "P" or "P,R" compiles it with x and dy in P
+// c8 (half rows up to 8192): "P" or "P,R" compiles it with x and dy in P
 // shared-memory slots filled by asynchronous copies, R rows a barrier
 // (default 1), P-R rows in flight (rows_slots in the .cu). Unset or "0":
 // none (p = 0).
@@ -441,10 +437,10 @@ func halfSlotsEnv() (p, r int, err error) {
 }
 
 // classSmem is the dynamic shared memory a block of fused class c uses at
-// dim: c9's row slots under RMSGRAD_CUDA_HALF_SLOTS (P slots of x and dy,
+// dim: c8's row slots under RMSGRAD_CUDA_HALF_SLOTS (P slots of x and dy,
 // 2 bytes an element), w and the dw sums for a ws class (8*dim), else 0.
 func (b *Backend) classSmem(c, dim int) int {
-	if c == halfSlotsClass && b.halfSlots > 0 {
+	if c == 8 && b.halfSlots > 0 {
 		return 4 * b.halfSlots * dim
 	}
 	if fusedClasses[c].ws {

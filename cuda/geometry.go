@@ -14,7 +14,7 @@ type fusedClass struct {
 	ws                                   bool
 }
 
-// fusedClasses are the .cu's classes c0..c9 (shaders.CUDARowsFusedKernels),
+// fusedClasses are the .cu's classes c0..c8 (shaders.CUDARowsFusedKernels),
 // in order of chunk width, then width.
 var fusedClasses = [...]fusedClass{
 	{4, 1, 256, 256, 3, false},  // c0: F32 dims up to 1024
@@ -25,8 +25,7 @@ var fusedClasses = [...]fusedClass{
 	{4, 4, 1536, 384, 1, false}, // c5: up to 6144
 	{4, 4, 2048, 512, 1, false}, // c6: up to 8192
 	{8, 1, 256, 256, 3, false},  // c7: BF16 and F16 dims up to 2048
-	{8, 2, 512, 256, 3, true},   // c8: up to 4096, w and dw in shared memory
-	{8, 4, 1024, 256, 2, true},  // c9: up to 8192, w and dw in shared memory
+	{8, 4, 1024, 256, 2, true},  // c8: up to 8192, w and dw in shared memory
 }
 
 func init() {
@@ -119,7 +118,7 @@ const smemReserve = 1024
 // every F32 multiple of 4 up to 8192 with up to n slots; RMSGRAD_CUDA_BLOCKS_PER_SM forces the
 // blocks per SM and RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0:
 // none), for benchmark variants; RMSGRAD_CUDA_PDL=0 launches the dw
-// reduction the ordinary way; RMSGRAD_CUDA_HALF_SLOTS compiles class c9
+// reduction the ordinary way; RMSGRAD_CUDA_HALF_SLOTS compiles class c8
 // with its rows in shared-memory slots (halfSlotsEnv; Backend.classSmem
 // sizes them).
 func (b *Backend) geometry(rows, dim, cw int) geom {

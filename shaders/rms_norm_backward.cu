@@ -888,7 +888,7 @@ __device__ void rows_smem(const Job& J, int grp, float* red, float* sm) {
 }
 
 // The rows of one group of a half-precision fused class with x and dy in P
-// shared-memory slots (RMS_C9_SLOTS, a benchmark variant of c9): 16-byte
+// shared-memory slots (RMS_C8_SLOTS, a benchmark variant of c8): 16-byte
 // asynchronous copies, each thread copying, waiting for and reading only
 // its own chunks (no barrier between a copy and its read), keep P-R rows in
 // flight while R rows are reduced and written; no row is held in registers
@@ -1205,8 +1205,8 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // The fused kernels (every flag set, x, dy and dx of one dtype, dim a
 // multiple of the chunk width), one per width class of the register path,
 // compiled apart so that the general path's register pressure does not
-// make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7, c8 and
-// c9 BF16 and F16 rows (chunks of 8). Class c takes dims of up to
+// make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7 and c8
+// BF16 and F16 rows (chunks of 8). Class c takes dims of up to
 // CW*K*MAXT elements with K chunks per thread, blocks of T =
 // 32*ceil(nch/K/32) threads (so the block fits the row: at most 31 idle
 // threads), RMS_Cc_S rows in registers and RMS_Cc_R rows a block-sum
@@ -1220,12 +1220,8 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // one-block-per-SM classes c5 and c6, and lost 2-3 in c3; WS took 5120 from 83% to
 // 95%. Half rows: 16-byte loads of 8 elements with w in shared memory and
 // 2-4 blocks per SM reached 91% at 32768x8192 and 83% at 16384x4096,
-// against 70-78% with 8-byte loads and w in registers. On the H100
-// (cuda/variants/h100-run17-rows.txt), 16384x4096 gained 4 points with 2
-// chunks a thread in blocks of 256, three per SM (c8), over 4 chunks in
-// blocks of 128 (c9's), and one row a barrier gained 1.5 points at
-// 32768x8192 in c9. The S and R macros may be overridden
-// (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
+// against 70-78% with 8-byte loads and w in registers. The S and R macros
+// may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
 #ifndef RMS_C0_S
 #define RMS_C0_S 3
 #endif
@@ -1253,9 +1249,6 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #ifndef RMS_C8_S
 #define RMS_C8_S 2
 #endif
-#ifndef RMS_C9_S
-#define RMS_C9_S 2
-#endif
 #ifndef RMS_C0_R
 #define RMS_C0_R 3
 #endif
@@ -1281,10 +1274,7 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C7_R 2
 #endif
 #ifndef RMS_C8_R
-#define RMS_C8_R 1
-#endif
-#ifndef RMS_C9_R
-#define RMS_C9_R 1
+#define RMS_C8_R 2
 #endif
 #define RMS_FUSED_PROLOGUE                               \
 	__shared__ float red[2 * 2 * RMS_RMAX * 32];     \
@@ -1341,33 +1331,24 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, 4, RMS_C6_S, RMS_C6_R, false, 512
 #if RMS_PART_IS(9)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, 1, RMS_C7_S, RMS_C7_R, false, 256, 3)
 #endif
-// c8: BF16 and F16 dims up to 4096, 2 chunks of 8 per thread, blocks of
-// up to 256 (three per SM at 256: RMS_C8_MINB), w and the dw sums in
-// shared memory.
-#ifndef RMS_C8_MINB
-#define RMS_C8_MINB 3
-#endif
-#if RMS_PART_IS(10)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, 2, RMS_C8_S, RMS_C8_R, true, 256, RMS_C8_MINB)
-#endif
-// c9: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
+// c8: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
 // up to 256 (two to four per SM), w and the dw sums in shared memory.
-// RMS_C9_SLOTS=P (the host's RMSGRAD_CUDA_HALF_SLOTS): x and dy in P
-// shared-memory slots instead (rows_slots; RMS_C9_SLOTS_R rows a barrier,
+// RMS_C8_SLOTS=P (the host's RMSGRAD_CUDA_HALF_SLOTS): x and dy in P
+// shared-memory slots instead (rows_slots; RMS_C8_SLOTS_R rows a barrier,
 // default 1), w and the dw sums in registers.
-#if RMS_PART_IS(11)
-#ifdef RMS_C9_SLOTS
-#ifndef RMS_C9_SLOTS_R
-#define RMS_C9_SLOTS_R 1
+#if RMS_PART_IS(10)
+#ifdef RMS_C8_SLOTS
+#ifndef RMS_C8_SLOTS_R
+#define RMS_C8_SLOTS_R 1
 #endif
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_backward_rows_fused_c9(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+    rms_norm_backward_rows_fused_c8(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
 	RMS_FUSED_PROLOGUE
-	if (TYPE_IO(J) == T_BF16) rows_slots<4, RMS_C9_SLOTS, RMS_C9_SLOTS_R, T_BF16>(J, grp, red);
-	else rows_slots<4, RMS_C9_SLOTS, RMS_C9_SLOTS_R, T_F16>(J, grp, red);
+	if (TYPE_IO(J) == T_BF16) rows_slots<4, RMS_C8_SLOTS, RMS_C8_SLOTS_R, T_BF16>(J, grp, red);
+	else rows_slots<4, RMS_C8_SLOTS, RMS_C8_SLOTS_R, T_F16>(J, grp, red);
 }
 #else
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c9, 4, RMS_C9_S, RMS_C9_R, true, 256, 2)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, 4, RMS_C8_S, RMS_C8_R, true, 256, 2)
 #endif
 #endif
 

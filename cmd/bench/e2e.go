@@ -530,6 +530,12 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
+// workerStartTimeout bounds how long runWorker waits for the worker's
+// start line: on a GPU host its first start compiles the CUDA kernels
+// (50-80 s on an H100 host, with a progress line every 15 s), which a
+// minute did not cover.
+const workerStartTimeout = 5 * time.Minute
+
 // runWorker enqueues the shape's jobs, then starts bin/worker on their
 // queue and times it from its "worker started" log line until the queue's
 // completed count reaches the job count.
@@ -593,9 +599,9 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 	case <-started:
 	case <-exited:
 		return res, fmt.Errorf("e2e: %s exited before starting; log:\n%s", bin, tail.String())
-	case <-time.After(60 * time.Second):
+	case <-time.After(workerStartTimeout):
 		stop()
-		return res, fmt.Errorf("e2e: %s did not log \"worker started\" within 60s; log:\n%s", bin, tail.String())
+		return res, fmt.Errorf("e2e: %s did not log \"worker started\" within %s; log:\n%s", bin, workerStartTimeout, tail.String())
 	}
 	start := time.Now()
 	srv0 := e.snapServers()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
@@ -40,7 +41,7 @@ func openBackend(name string, poolBytes int64, log *slog.Logger) (compute.Backen
 			errs = append(errs, fmt.Errorf("%s: not built into this worker (%s/%s): %w", n, runtime.GOOS, runtime.GOARCH, compute.ErrUnsupported))
 			continue
 		}
-		be, err := open(poolBytes)
+		be, err := openLogged(n, open, poolBytes, log)
 		if err == nil {
 			log.Info("compute backend open", "backend", be.Name(), "device", be.DeviceName(), "asked", name)
 			return be, nil
@@ -52,4 +53,32 @@ func openBackend(name string, poolBytes int64, log *slog.Logger) (compute.Backen
 		log.Info("backend unavailable, trying the next", "backend", n, "err", err)
 	}
 	return nil, fmt.Errorf("config: backend %q: %w", name, errors.Join(errs...))
+}
+
+// openProgressAfter and openProgressEvery pace the progress lines of a
+// backend that is slow to open: the cuda backend compiles its kernels with
+// NVRTC at the first start on a host (50-80 s on an H100 host, 19-38 s on
+// an H200's; later starts load them from the cache).
+var openProgressAfter, openProgressEvery = 10 * time.Second, 15 * time.Second
+
+// openLogged opens backend n and, while that takes longer than
+// openProgressAfter, logs every openProgressEvery that it is still opening.
+func openLogged(n string, open opener, poolBytes int64, log *slog.Logger) (compute.Backend, error) {
+	done := make(chan struct{})
+	defer close(done)
+	t0 := time.Now()
+	wait, every := openProgressAfter, openProgressEvery
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(wait):
+				log.Info("still opening the compute backend (a GPU backend compiles its kernels at the first start on a host)",
+					"backend", n, "elapsed", time.Since(t0).Round(time.Second))
+				wait = every
+			}
+		}
+	}()
+	return open(poolBytes)
 }
