@@ -64,10 +64,10 @@ type Servers struct {
 }
 
 // AutoFetchLoops is the fetch loops a worker runs in all when Fetchers is
-// 0. Small jobs, 64 handlers, alternated in one run against 4 loops: on a
-// 16-core GPU host 8 loops did 1.18x the jobs/s on 0.91x the CPU per job
-// (1 loop 0.72x on 1.23x); on a 2-vCPU VM 1.06x on 0.92x
-// (docs/operations.md).
+// 0. Small jobs, 64 handlers, alternated in one run against 4 loops: on
+// 16-core GPU hosts 8 loops did 1.18x and 1.03x the jobs/s on 0.91x and
+// 0.96x the CPU per job (1 loop 0.72x on 1.23x, 16 loops no better than
+// 8); on a 2-vCPU VM 1.06x on 0.92x (docs/operations.md).
 const AutoFetchLoops = 8
 
 // NewServers returns the servers of a worker on the Redis r describes.

@@ -1220,8 +1220,12 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // one-block-per-SM classes c5 and c6, and lost 2-3 in c3; WS took 5120 from 83% to
 // 95%. Half rows: 16-byte loads of 8 elements with w in shared memory and
 // 2-4 blocks per SM reached 91% at 32768x8192 and 83% at 16384x4096,
-// against 70-78% with 8-byte loads and w in registers. The S and R macros
-// may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
+// against 70-78% with 8-byte loads and w in registers. On the H100
+// (docs/cuda.md, runs 17-18), two chunks a thread in blocks of 256, three
+// per SM, won 4 points at 16384x4096 in the harness and lost 1.5-2 in the
+// backend (80 registers and 56 bytes spilled), and one row a barrier in c8
+// lost 1.6-2 at 8192: c8 stays as it is. The S and R macros may be
+// overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
 #ifndef RMS_C0_S
 #define RMS_C0_S 3
 #endif
