@@ -65,24 +65,6 @@ func (s routerAdapter) Write(ctx context.Context, uri string, outs []OutTensor, 
 }
 func (s routerAdapter) Ping(ctx context.Context) error { return nil }
 
-// syncBuffer collects the worker's logs from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // goodInput is one valid job's inputs in S3 and its expected outputs (a
 // single-job run of the CPU backend, checked against the float64 oracle).
 type goodInput struct {
@@ -103,7 +85,7 @@ type realEnv struct {
 	reader  *storage.Router // the worker's router (allow-listed)
 	be      compute.Backend
 	reg     *prometheus.Registry
-	logs    *syncBuffer
+	logs    *testenv.LogBuffer
 	srv     *asynq.Server
 	b       *Batcher
 	asq     *asynq.Client
@@ -173,7 +155,7 @@ func newRealEnv(t *testing.T, limits Limits, signingKey []byte) *realEnv {
 
 	e.reg = prometheus.NewRegistry()
 	m := NewMetrics(e.reg)
-	e.logs = &syncBuffer{}
+	e.logs = &testenv.LogBuffer{}
 	log := slog.New(slog.NewJSONHandler(e.logs, nil))
 	// max_wait is long enough that the jobs a case enqueues together share
 	// a command buffer.

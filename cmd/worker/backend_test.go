@@ -1,35 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
+	"github.com/rmsgrad/rmsgrad/internal/testenv"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the progress goroutine and the
-// test to use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestOpenBackendProgress: a backend that is slow to open (the cuda
 // backend compiling its kernels) gets progress lines naming it while it
@@ -44,7 +24,7 @@ func TestOpenBackendProgress(t *testing.T) {
 	}
 	defer delete(backends, "slow-test")
 
-	var buf lockedBuffer
+	var buf testenv.LogBuffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	be, err := openBackend("slow-test", 0, log)
 	if err != nil {
@@ -60,7 +40,7 @@ func TestOpenBackendProgress(t *testing.T) {
 		t.Fatalf("progress lines after the backend opened:\n%s", buf.String())
 	}
 
-	var quick lockedBuffer
+	var quick testenv.LogBuffer
 	be2, err := openBackend("cpu", 0, slog.New(slog.NewTextHandler(&quick, nil)))
 	if err != nil {
 		t.Fatal(err)
