@@ -63,22 +63,31 @@ var openProgressAfter, openProgressEvery = 10 * time.Second, 15 * time.Second
 
 // openLogged opens backend n and, while that takes longer than
 // openProgressAfter, logs every openProgressEvery that it is still opening.
+// No progress line follows its return.
 func openLogged(n string, open opener, poolBytes int64, log *slog.Logger) (compute.Backend, error) {
-	done := make(chan struct{})
-	defer close(done)
+	done, stopped := make(chan struct{}), make(chan struct{})
 	t0 := time.Now()
 	wait, every := openProgressAfter, openProgressEvery
 	go func() {
+		defer close(stopped)
 		for {
 			select {
 			case <-done:
 				return
 			case <-time.After(wait):
-				log.Info("still opening the compute backend (a GPU backend compiles its kernels at the first start on a host)",
-					"backend", n, "elapsed", time.Since(t0).Round(time.Second))
-				wait = every
 			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+			log.Info("still opening the compute backend (a GPU backend compiles its kernels at the first start on a host)",
+				"backend", n, "elapsed", time.Since(t0).Round(time.Second))
+			wait = every
 		}
 	}()
-	return open(poolBytes)
+	be, err := open(poolBytes)
+	close(done)
+	<-stopped
+	return be, err
 }
