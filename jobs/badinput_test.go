@@ -22,6 +22,7 @@ import (
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
+	"github.com/rmsgrad/rmsgrad/internal/syncbuf"
 	"github.com/rmsgrad/rmsgrad/internal/testenv"
 	"github.com/rmsgrad/rmsgrad/storage"
 	"github.com/rmsgrad/rmsgrad/storage/file"
@@ -85,7 +86,7 @@ type realEnv struct {
 	reader  *storage.Router // the worker's router (allow-listed)
 	be      compute.Backend
 	reg     *prometheus.Registry
-	logs    *testenv.LogBuffer
+	logs    *syncbuf.Buffer
 	srv     *asynq.Server
 	b       *Batcher
 	asq     *asynq.Client
@@ -155,7 +156,7 @@ func newRealEnv(t *testing.T, limits Limits, signingKey []byte) *realEnv {
 
 	e.reg = prometheus.NewRegistry()
 	m := NewMetrics(e.reg)
-	e.logs = &testenv.LogBuffer{}
+	e.logs = &syncbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(e.logs, nil))
 	// max_wait is long enough that the jobs a case enqueues together share
 	// a command buffer.

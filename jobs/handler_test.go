@@ -24,7 +24,7 @@ import (
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/internal/stackgrow"
-	"github.com/rmsgrad/rmsgrad/internal/testenv"
+	"github.com/rmsgrad/rmsgrad/internal/syncbuf"
 	"github.com/rmsgrad/rmsgrad/storage"
 )
 
@@ -486,7 +486,7 @@ func TestGrowStack(t *testing.T) {
 func TestProcessTaskPanic(t *testing.T) {
 	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
 	reg := prometheus.NewRegistry()
-	logs := &testenv.LogBuffer{}
+	logs := &syncbuf.Buffer{}
 	h, err := NewHandler(HandlerConfig{Backend: e.be, Batcher: e.b, Store: e.store, Budget: NewBudget(1 << 30), Worker: "test",
 		Metrics: NewMetrics(reg), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {

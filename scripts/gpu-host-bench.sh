@@ -12,8 +12,9 @@
 #
 # bin/worker picks its backend itself (auto: CUDA on an NVIDIA host); add
 # -inproc-backend cuda for the in-process profile. The wrappers
-# /tmp/d/bin/worker-procsN run the worker with procs N (GOMAXPROCS), and
-# /tmp/d/bin/worker-concN with concurrency N, for -worker /
+# /tmp/d/bin/worker-procsN run the worker with procs N (GOMAXPROCS),
+# /tmp/d/bin/worker-concN with concurrency N and
+# /tmp/d/bin/worker-fetchN with N fetch loops, for -worker /
 # -baseline-worker. .devcarry/ must be in .git/info/exclude.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rmsgrad/rmsgrad/gateway"
 	"github.com/rmsgrad/rmsgrad/internal/procattr"
+	"github.com/rmsgrad/rmsgrad/internal/syncbuf"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
@@ -354,7 +355,7 @@ func gatewayJob(i int) jobs.Job {
 // proc is a server binary started by the gateway section.
 type proc struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -365,7 +366,7 @@ func startProc(ctx context.Context, e *env, name, bin, cfg, readyz string) (*pro
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	p := &proc{cmd: exec.Command(bin, "--config", path), log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(bin, "--config", path), log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "RMSGRAD_S3_ACCESS_KEY="+e.accessKey, "RMSGRAD_S3_SECRET_KEY="+e.secretKey)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = procattr.Child()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rmsgrad/rmsgrad/internal/procattr"
+	"github.com/rmsgrad/rmsgrad/internal/syncbuf"
 )
 
 // server is a child server process started by the harness. It mirrors
@@ -24,25 +23,7 @@ type server struct {
 	addr string
 	dir  string
 	cmd  *exec.Cmd
-	log  *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for a child's stdout and stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log  *syncbuf.Buffer
 }
 
 // findBinary looks at the env var, then PATH, then $(go env GOPATH)/bin,
@@ -75,7 +56,7 @@ func freePort() (int, error) {
 // startServer runs bin with args in dir and waits until addr accepts
 // connections. Pdeathsig makes the child die with the harness.
 func startServer(ctx context.Context, name, bin, addr, dir string, args []string) (*server, error) {
-	s := &server{name: name, addr: addr, dir: dir, log: &syncBuffer{}}
+	s := &server{name: name, addr: addr, dir: dir, log: &syncbuf.Buffer{}}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = s.log

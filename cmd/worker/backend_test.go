@@ -8,7 +8,7 @@ import (
 
 	"github.com/rmsgrad/rmsgrad/compute"
 	"github.com/rmsgrad/rmsgrad/compute/cpu"
-	"github.com/rmsgrad/rmsgrad/internal/testenv"
+	"github.com/rmsgrad/rmsgrad/internal/syncbuf"
 )
 
 // TestOpenBackendProgress: a backend that is slow to open (the cuda
@@ -24,7 +24,7 @@ func TestOpenBackendProgress(t *testing.T) {
 	}
 	defer delete(backends, "slow-test")
 
-	var buf testenv.LogBuffer
+	var buf syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	be, err := openBackend("slow-test", 0, log)
 	if err != nil {
@@ -40,7 +40,7 @@ func TestOpenBackendProgress(t *testing.T) {
 		t.Fatalf("progress lines after the backend opened:\n%s", buf.String())
 	}
 
-	var quick testenv.LogBuffer
+	var quick syncbuf.Buffer
 	be2, err := openBackend("cpu", 0, slog.New(slog.NewTextHandler(&quick, nil)))
 	if err != nil {
 		t.Fatal(err)

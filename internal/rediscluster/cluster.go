@@ -9,7 +9,6 @@
 package rediscluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rmsgrad/rmsgrad/internal/procattr"
+	"github.com/rmsgrad/rmsgrad/internal/syncbuf"
 )
 
 // Options says what to start. Zero fields take the values noted.
@@ -71,7 +71,7 @@ type Node struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited (its Wait returned)
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 }
 
 // Cluster is a running cluster. Nodes are in creation order: the first
@@ -172,7 +172,7 @@ func newNode(opt Options, port int, dir string) *Node {
 		"--cluster-node-timeout", strconv.Itoa(int(opt.NodeTimeout/time.Millisecond)),
 		"--save", "", "--appendonly", "no", "--protected-mode", "no")
 	args = append(args, opt.Extra...)
-	nd := &Node{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bin: opt.Server, args: args, log: &syncBuffer{},
+	nd := &Node{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bin: opt.Server, args: args, log: &syncbuf.Buffer{},
 		password: opt.Password}
 	if opt.TLS != nil {
 		nd.tls = opt.TLS.Client
@@ -554,22 +554,4 @@ func freePorts(n int) ([]int, error) {
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-// syncBuffer is a bytes.Buffer safe for a child's stdout and stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
