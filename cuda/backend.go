@@ -36,7 +36,7 @@ type Backend struct {
 	// paths), the per-block shared memory limit.
 	perSM, maxStages int
 	smemOptin        int32
-	// halfSlots: class c8 compiled with x and dy in this many shared-memory
+	// halfSlots: class c9 compiled with x and dy in this many shared-memory
 	// slots, halfSlotsR rows a barrier (RMSGRAD_CUDA_HALF_SLOTS; 0: rows in
 	// registers, the default).
 	halfSlots, halfSlotsR int
@@ -212,8 +212,8 @@ func open() (*Backend, error) {
 		shaders.CUDAAddKernel: &b.fnAdd, shaders.CUDASpinKernel: &b.fnSpin, shaders.CUDAFillKernel: &b.fnFill}
 	b.fnRows = make([]uintptr, nKernels)
 	fns[shaders.CUDARowsKernel] = &b.fnRows[kRows]
-	for c, name := range shaders.CUDARowsFusedKernels {
-		fns[name] = &b.fnRows[kFused0+c]
+	for k := kFused0; k < nKernels; k++ {
+		fns[fusedKernelName(k)] = &b.fnRows[k]
 	}
 	for p, names := range kernelParts() {
 		for _, name := range names {
@@ -223,24 +223,32 @@ func open() (*Backend, error) {
 		}
 	}
 	// Classes that keep w and the dw sums in shared memory may need more
-	// than the default 48 KiB of it (c8: 64 KiB at 8192).
+	// than the default 48 KiB of it (c9: 64 KiB at 8192).
 	for c, fc := range fusedClasses {
 		if n := b.classSmem(c, fc.maxDim(fc.maxThreads)); n > 0 {
-			if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+shaders.CUDARowsFusedKernels[c]+")", d.cuFuncSetAttribute(b.fnRows[kFused0+c], funcAttrMaxDynSmem, int32(n))); err != nil {
-				return nil, err
+			for _, k := range classKernels(c) {
+				if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+fusedKernelName(k)+")", d.cuFuncSetAttribute(b.fnRows[k], funcAttrMaxDynSmem, int32(n))); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
-	// Occupancy of each fused class at every block size it may run with.
+	// Occupancy of each fused class at every block size it may run with:
+	// the fewer of a half class's two kernels, so that the groups of a
+	// shape do not depend on its dtype's kernel.
 	b.occ = make([][]int, len(fusedClasses))
 	for c, fc := range fusedClasses {
 		b.occ[c] = make([]int, fc.maxThreads/32)
 		for i := range b.occ[c] {
-			var n int32
-			if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[kFused0+c], int32(32*(i+1)), uintptr(b.classSmem(c, fc.maxDim(32*(i+1)))))); err != nil {
-				return nil, err
+			for j, k := range classKernels(c) {
+				var n int32
+				if err := d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxBlocks(&n, b.fnRows[k], int32(32*(i+1)), uintptr(b.classSmem(c, fc.maxDim(32*(i+1)))))); err != nil {
+					return nil, err
+				}
+				if j == 0 || int(n) < b.occ[c][i] {
+					b.occ[c][i] = int(n)
+				}
 			}
-			b.occ[c][i] = int(n)
 		}
 	}
 	if b.smemOptin > 0 {
@@ -276,6 +284,9 @@ var syncFlags = map[string]uint32{"": ctxSchedAuto, "auto": ctxSchedAuto, "spin"
 func kernelParts() [][]string {
 	parts := [][]string{{shaders.CUDARowsKernel}, {shaders.CUDAReduceKernel, shaders.CUDAAddKernel, shaders.CUDASpinKernel, shaders.CUDAFillKernel}}
 	for _, name := range shaders.CUDARowsFusedKernels {
+		parts = append(parts, []string{name})
+	}
+	for _, name := range shaders.CUDARowsFusedF16Kernels {
 		parts = append(parts, []string{name})
 	}
 	return parts
@@ -404,18 +415,24 @@ func (b *Backend) compileOpts(p int) []string {
 	if p >= 0 {
 		opts = append(opts, fmt.Sprintf("-DRMS_PART=%d", p))
 	}
-	// Class c8's slots, in the program that holds c8 (the others keep
+	// Class c9's slots, in the program that holds c9 (the others keep
 	// their cached cubins).
-	if b.halfSlots > 0 && (p < 0 || slices.Contains(kernelParts()[p], shaders.CUDARowsFusedKernels[8])) {
-		opts = append(opts, fmt.Sprintf("-DRMS_C8_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C8_SLOTS_R=%d", b.halfSlotsR))
+	if b.halfSlots > 0 && (p < 0 || slices.ContainsFunc(kernelParts()[p], func(n string) bool {
+		return n == shaders.CUDARowsFusedKernels[halfSlotsClass] || n == shaders.CUDARowsFusedF16Kernels[halfSlotsClass-firstHalfClass]
+	})) {
+		opts = append(opts, fmt.Sprintf("-DRMS_C9_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C9_SLOTS_R=%d", b.halfSlotsR))
 	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
 	return append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
 }
 
+// halfSlotsClass is the fused class that RMSGRAD_CUDA_HALF_SLOTS compiles
+// with its rows in shared-memory slots: c9, half rows up to 8192.
+const halfSlotsClass = 9
+
 // halfSlotsEnv reads RMSGRAD_CUDA_HALF_SLOTS, a benchmark variant of class
-// c8 (half rows up to 8192): "P" or "P,R" compiles it with x and dy in P
+// c9 (half rows up to 8192): "P" or "P,R" compiles it with x and dy in P
 // shared-memory slots filled by asynchronous copies, R rows a barrier
 // (default 1), P-R rows in flight (rows_slots in the .cu). Unset or "0":
 // none (p = 0).
@@ -437,10 +454,10 @@ func halfSlotsEnv() (p, r int, err error) {
 }
 
 // classSmem is the dynamic shared memory a block of fused class c uses at
-// dim: c8's row slots under RMSGRAD_CUDA_HALF_SLOTS (P slots of x and dy,
+// dim: c9's row slots under RMSGRAD_CUDA_HALF_SLOTS (P slots of x and dy,
 // 2 bytes an element), w and the dw sums for a ws class (8*dim), else 0.
 func (b *Backend) classSmem(c, dim int) int {
-	if c == 8 && b.halfSlots > 0 {
+	if c == halfSlotsClass && b.halfSlots > 0 {
 		return 4 * b.halfSlots * dim
 	}
 	if fusedClasses[c].ws {
@@ -452,8 +469,8 @@ func (b *Backend) classSmem(c, dim int) int {
 // smemBytes is the dynamic shared memory an entry's blocks use: its fused
 // class's (classSmem), or the general kernel's row slots.
 func (b *Backend) smemBytes(e *entry) int {
-	if k := e.kernel(); k >= kFused0 {
-		return b.classSmem(k-kFused0, e.dim)
+	if c := kernelClass(e.kernel()); c >= 0 {
+		return b.classSmem(c, e.dim)
 	}
 	return e.stages * 8 * e.dim
 }

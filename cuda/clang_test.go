@@ -77,9 +77,9 @@ func TestKernelsCompile(t *testing.T) {
 	if got := compile("sm_90", -1, "-DRMS_GLOBAL_STORES", "-DRMS_VOLATILE_LOADS"); !sameSet(got, all) {
 		t.Errorf("with RMS_GLOBAL_STORES and RMS_VOLATILE_LOADS: kernels %v; want %v", got, all)
 	}
-	// RMSGRAD_CUDA_HALF_SLOTS's c8 (rows_slots, cp.async).
-	if got := compile("sm_80", -1, "-DRMS_C8_SLOTS=4", "-DRMS_C8_SLOTS_R=2"); !sameSet(got, all) {
-		t.Errorf("with RMS_C8_SLOTS: kernels %v; want %v", got, all)
+	// RMSGRAD_CUDA_HALF_SLOTS's c9 (rows_slots, cp.async).
+	if got := compile("sm_80", -1, "-DRMS_C9_SLOTS=4", "-DRMS_C9_SLOTS_R=2"); !sameSet(got, all) {
+		t.Errorf("with RMS_C9_SLOTS: kernels %v; want %v", got, all)
 	}
 }
 

@@ -45,8 +45,8 @@ func TestOpen(t *testing.T) {
 		b.d.cuFuncGetAttribute(&regs, funcAttrNumRegs, fn)
 		b.d.cuFuncGetAttribute(&local, funcAttrLocalBytes, fn)
 		occ := ""
-		if k >= kFused0 {
-			occ = fmt.Sprintf(", blocks/SM by block size/32: %v", b.occ[k-kFused0])
+		if c := kernelClass(k); c >= 0 {
+			occ = fmt.Sprintf(", blocks/SM by block size/32 (class c%d): %v", c, b.occ[c])
 		}
 		t.Logf("%s: %d registers, %d bytes local%s", rowsKernelName(k), regs, local, occ)
 	}

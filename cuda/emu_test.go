@@ -42,10 +42,10 @@ func TestKernelsOnCPU(t *testing.T) {
 	}
 }
 
-// TestHalfSlotsOnCPU runs class c8's cases of TestKernelsOnCPU (its fused
+// TestHalfSlotsOnCPU runs class c9's cases of TestKernelsOnCPU (its fused
 // kernel against the general kernel launched apart, bit for bit, and the
-// double reference) with c8 compiled as RMSGRAD_CUDA_HALF_SLOTS compiles it
-// (RMS_C8_SLOTS: rows in shared-memory slots filled by asynchronous
+// double reference) with c9 compiled as RMSGRAD_CUDA_HALF_SLOTS compiles it
+// (RMS_C9_SLOTS: rows in shared-memory slots filled by asynchronous
 // copies), the copies emulated landing only when waited for and, for the
 // default R, also landing when issued: a slot read before its wait, or
 // overwritten while still read, changes the bits.
@@ -55,18 +55,18 @@ func TestHalfSlotsOnCPU(t *testing.T) {
 		defs  []string
 		modes [][]string
 	}{
-		{"P3", []string{"-DRMS_C8_SLOTS=3"}, [][]string{{"half"}, {"half", "eager"}}},
-		{"P4R2", []string{"-DRMS_C8_SLOTS=4", "-DRMS_C8_SLOTS_R=2"}, [][]string{{"half"}}},
+		{"P3", []string{"-DRMS_C9_SLOTS=3"}, [][]string{{"half"}, {"half", "eager"}}},
+		{"P4R2", []string{"-DRMS_C9_SLOTS=4", "-DRMS_C9_SLOTS_R=2"}, [][]string{{"half"}}},
 	} {
 		bin := buildEmu(t, "testdata/kernel_emu.cpp", append([]string{kernelDef(t)}, v.defs...)...)
 		for _, m := range v.modes {
 			out, err := runWatched(emuStall, bin, m...)
 			t.Logf("%s %v:\n%s", v.name, m, out)
 			if err != nil {
-				t.Errorf("c8 with %v, %v: %v", v.defs, m, err)
+				t.Errorf("c9 with %v, %v: %v", v.defs, m, err)
 			}
 			if n := strings.Count(string(out), " ok\n"); n < 6 {
-				t.Errorf("c8 with %v, %v: %d cases passed; want the 6 c8 cases", v.defs, m, n)
+				t.Errorf("c9 with %v, %v: %d cases passed; want the 6 c9 cases", v.defs, m, n)
 			}
 		}
 	}

@@ -336,7 +336,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, mode xfer) (tim
 // rowsKernelName names rows kernel k (kRows, kFused0+class) for errors.
 func rowsKernelName(k int) string {
 	if k >= kFused0 {
-		return shaders.CUDARowsFusedKernels[k-kFused0]
+		return fusedKernelName(k)
 	}
 	return shaders.CUDARowsKernel
 }

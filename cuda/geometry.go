@@ -14,7 +14,7 @@ type fusedClass struct {
 	ws                                   bool
 }
 
-// fusedClasses are the .cu's classes c0..c8 (shaders.CUDARowsFusedKernels),
+// fusedClasses are the .cu's classes c0..c9 (shaders.CUDARowsFusedKernels),
 // in order of chunk width, then width.
 var fusedClasses = [...]fusedClass{
 	{4, 1, 256, 256, 3, false},  // c0: F32 dims up to 1024
@@ -25,12 +25,22 @@ var fusedClasses = [...]fusedClass{
 	{4, 4, 1536, 384, 1, false}, // c5: up to 6144
 	{4, 4, 2048, 512, 1, false}, // c6: up to 8192
 	{8, 1, 256, 256, 3, false},  // c7: BF16 and F16 dims up to 2048
-	{8, 4, 1024, 256, 2, true},  // c8: up to 8192, w and dw in shared memory
+	{8, 2, 512, 256, 3, true},   // c8: up to 4096, w and dw in shared memory
+	{8, 4, 1024, 256, 2, true},  // c9: up to 8192, w and dw in shared memory
 }
 
+// firstHalfClass is the first class of chunks of 8 (BF16 and F16 rows):
+// c7..c9 each have a BF16 and an F16 kernel.
+const firstHalfClass = 7
+
 func init() {
-	if len(fusedClasses) != len(shaders.CUDARowsFusedKernels) {
-		panic("cuda: fusedClasses and shaders.CUDARowsFusedKernels differ in length")
+	if len(fusedClasses) != len(shaders.CUDARowsFusedKernels) || len(fusedClasses)-firstHalfClass != len(shaders.CUDARowsFusedF16Kernels) {
+		panic("cuda: fusedClasses, shaders.CUDARowsFusedKernels and shaders.CUDARowsFusedF16Kernels disagree")
+	}
+	for c, fc := range fusedClasses {
+		if (fc.cw == 8) != (c >= firstHalfClass) {
+			panic("cuda: the half classes are not fusedClasses[firstHalfClass:]")
+		}
 	}
 }
 
@@ -83,8 +93,9 @@ func (fc fusedClass) maxDim(threads int) int { return fc.cw * fc.k * threads }
 const maxBlocksPerSM = 8
 
 // blocksPerSM is how many blocks of threads threads of a fused class run on
-// one multiprocessor at once: the driver's occupancy of the compiled kernel
-// (measured at Open), or the estimate without one.
+// one multiprocessor at once: the driver's occupancy of the compiled
+// kernels (measured at Open; a half class's fewer of its two), or the
+// estimate without one.
 func (b *Backend) blocksPerSM(class, threads int) int {
 	n := 0
 	if b.occ != nil {
@@ -118,7 +129,7 @@ const smemReserve = 1024
 // every F32 multiple of 4 up to 8192 with up to n slots; RMSGRAD_CUDA_BLOCKS_PER_SM forces the
 // blocks per SM and RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0:
 // none), for benchmark variants; RMSGRAD_CUDA_PDL=0 launches the dw
-// reduction the ordinary way; RMSGRAD_CUDA_HALF_SLOTS compiles class c8
+// reduction the ordinary way; RMSGRAD_CUDA_HALF_SLOTS compiles class c9
 // with its rows in shared-memory slots (halfSlotsEnv; Backend.classSmem
 // sizes them).
 func (b *Backend) geometry(rows, dim, cw int) geom {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/shaders"
 )
 
 // Job-table flags; the same values as F_* in shaders/rms_norm_backward.cu.
@@ -55,16 +56,44 @@ type entry struct {
 	geom
 }
 
-// Rows kernels (shaders.CUDARowsKernel and the fused classes'
-// shaders.CUDARowsFusedKernels), by index: launches are per kernel and
+// Rows kernels (shaders.CUDARowsKernel, the fused classes'
+// shaders.CUDARowsFusedKernels and the half classes' F16 kernels,
+// shaders.CUDARowsFusedF16Kernels), by index: launches are per kernel and
 // block size.
 const (
-	kRows   = 0 // the general path: any flags, dtypes and dims
-	kFused0 = 1 // fused class c is kernel kFused0 + c
+	kRows     = 0                           // the general path: any flags, dtypes and dims
+	kFused0   = 1                           // fused class c is kernel kFused0 + c (BF16 for a half class)
+	kFusedF16 = kFused0 + len(fusedClasses) // half class c's F16 kernel is kFusedF16 + c - firstHalfClass
+	nKernels  = kFusedF16 + len(fusedClasses) - firstHalfClass
 )
 
-// nKernels is the number of rows kernels.
-var nKernels = kFused0 + len(fusedClasses)
+// kernelClass is the fused class of rows kernel k, -1 for the general one.
+func kernelClass(k int) int {
+	switch {
+	case k >= kFusedF16:
+		return firstHalfClass + k - kFusedF16
+	case k >= kFused0:
+		return k - kFused0
+	}
+	return -1
+}
+
+// fusedKernelName is the entry point of rows kernel k >= kFused0.
+func fusedKernelName(k int) string {
+	if k >= kFusedF16 {
+		return shaders.CUDARowsFusedF16Kernels[k-kFusedF16]
+	}
+	return shaders.CUDARowsFusedKernels[k-kFused0]
+}
+
+// classKernels are the rows kernels of fused class c: one, or a half
+// class's BF16 and F16 kernels.
+func classKernels(c int) []int {
+	if c >= firstHalfClass {
+		return []int{kFused0 + c, kFusedF16 + c - firstHalfClass}
+	}
+	return []int{kFused0 + c}
+}
 
 // io is the dtype code x, dy and dx share (those the entry reads or
 // writes), the type the rows code is compiled for, or typeAny when they
@@ -91,12 +120,19 @@ func (e *entry) halfXY() bool {
 
 // kernel is the rows kernel the entry runs in: its dim's fused class when
 // every flag is set, no shared-memory slots are used and x, dy and dx share
-// a dtype, else the general kernel. Both run with the block size of the
-// entry's geometry and the same arithmetic in the same order, so an
-// entry's bits do not depend on which it takes.
+// a dtype (a half class's kernel of that dtype), else the general kernel.
+// All run with the block size of the entry's geometry and the same
+// arithmetic in the same order, so an entry's bits do not depend on which
+// it takes.
 func (e *entry) kernel() int {
-	if e.class >= 0 && e.computeR && e.writeR && e.dx != nil && e.dw != nil && e.stages == 0 && e.io() != typeAny {
-		return kFused0 + e.class
+	if e.class >= 0 && e.computeR && e.writeR && e.dx != nil && e.dw != nil && e.stages == 0 {
+		switch io := e.io(); {
+		case io == typeAny:
+		case io == typeF16 && e.class >= firstHalfClass:
+			return kFusedF16 + e.class - firstHalfClass
+		default:
+			return kFused0 + e.class
+		}
 	}
 	return kRows
 }

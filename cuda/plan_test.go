@@ -281,7 +281,8 @@ func TestClassOf(t *testing.T) {
 		{1024, 4, 0, 256}, {768, 4, 0, 192}, {1152, 4, 1, 160}, {2048, 4, 1, 256}, {2560, 4, 2, 224}, {3072, 4, 2, 256},
 		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {5120, 4, 4, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
 		{6272, 4, 6, 416}, {7168, 4, 6, 448}, {8192, 4, 6, 512},
-		{1024, 8, 7, 128}, {2048, 8, 7, 256}, {2176, 8, 8, 96}, {4096, 8, 8, 128}, {5120, 8, 8, 160}, {8192, 8, 8, 256},
+		{1024, 8, 7, 128}, {2048, 8, 7, 256}, {2176, 8, 8, 160}, {3072, 8, 8, 192}, {4096, 8, 8, 256}, {4224, 8, 9, 160},
+		{5120, 8, 9, 160}, {8192, 8, 9, 256},
 	} {
 		if cl, th := classOf(c.dim, c.cw); cl != c.class || th != c.threads {
 			t.Errorf("classOf(%d, %d) = %d, %d; want %d, %d", c.dim, c.cw, cl, th, c.class, c.threads)
@@ -323,11 +324,13 @@ func TestGeometry(t *testing.T) {
 		{4, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}, 0},
 		{4, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 0},
 		{2, 4096, 4096, geom{rg: 16, g: 256, stages: 2, threads: 256, class: -1}, 0},
-		// Half rows (chunks of 8): classes c7 and c8, never slots.
-		{0, 16384, 4096, geom{rg: 32, g: 512, threads: 128, class: 8}, 8},
-		{0, 32768, 8192, geom{rg: 125, g: 263, threads: 256, class: 8}, 8},
+		// Half rows (chunks of 8): classes c7, c8 and c9, never slots.
+		{0, 16384, 4096, geom{rg: 42, g: 391, threads: 256, class: 8}, 8},
+		{0, 16384, 2176, geom{rg: 25, g: 656, threads: 160, class: 8}, 8},
+		{0, 16384, 4224, geom{rg: 42, g: 391, threads: 160, class: 9}, 8},
+		{0, 32768, 8192, geom{rg: 125, g: 263, threads: 256, class: 9}, 8},
 		{0, 16384, 1024, geom{rg: 21, g: 781, threads: 128, class: 7}, 8},
-		{4, 16384, 4096, geom{rg: 32, g: 512, threads: 128, class: 8}, 8},
+		{4, 16384, 4096, geom{rg: 42, g: 391, threads: 256, class: 8}, 8},
 		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 8},
 	} {
 		b := &Backend{sms: 132, smemOptin: 232448, maxStages: c.maxStages}
@@ -390,7 +393,7 @@ func TestPlanDTypes(t *testing.T) {
 		}
 		return b
 	}
-	// F32 rows: fused class c4 (320 threads); half x: chunks of 8, class c8
+	// F32 rows: fused class c4 (320 threads); half x: chunks of 8, class c9
 	// (160 threads), never slots.
 	const rows, dim = 64, 5120
 	for _, c := range []struct {
@@ -402,9 +405,10 @@ func TestPlanDTypes(t *testing.T) {
 		threads, smemThreads int
 	}{
 		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 1, 320, 256},
-		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kFused0 + 8, 0, kFused0 + 8, 0, 160, 160},
-		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kFused0 + 8, 0, kFused0 + 8, 0, 160, 160},
+		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kFused0 + 9, 0, kFused0 + 9, 0, 160, 160},
+		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kFused0 + 9, 0, kFused0 + 9, 0, 160, 160},
 		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0, kRows, 0, 160, 160},
+		{"f16", compute.F16, compute.F16, compute.F16, compute.F16, compute.F16, 2 | 2<<2 | 2<<4 | 2<<6 | 2<<8 | 2<<10, kFusedF16 + 9 - firstHalfClass, 0, kFusedF16 + 9 - firstHalfClass, 0, 160, 160},
 		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 1, 320, 256},
 	} {
 		x, w, dy, r, dx, dw := alloc(c.x, rows, dim), alloc(c.w, dim), alloc(c.dy, rows, dim), alloc(compute.F32, rows), alloc(c.dx, rows, dim), alloc(c.dw, dim)
@@ -433,9 +437,9 @@ func TestPlanDTypes(t *testing.T) {
 				t.Errorf("%s, stages<=%d: types %#x, kernel %d, stages %d, %d threads; want %#x, %d, %d, %d",
 					c.name, maxStages, e.types(), e.kernel(), e.stages, e.threads, c.types, k, st, th)
 			}
-			// c4 and c8 keep w and the dw sums in shared memory.
+			// c4, c8 and c9 keep w and the dw sums in shared memory.
 			wantSmem := st * 8 * dim
-			if k == kFused0+4 || k == kFused0+8 {
+			if c := kernelClass(k); c == 4 || c == 8 || c == 9 {
 				wantSmem = 8 * dim
 			}
 			if got := b.smemBytes(&e); got != wantSmem {
@@ -447,7 +451,7 @@ func TestPlanDTypes(t *testing.T) {
 	for _, c := range []struct {
 		x, dy, dx compute.DType
 		kernel    int
-	}{{compute.BF16, compute.BF16, compute.BF16, kFused0 + 8}, {compute.F16, compute.F16, compute.F16, kFused0 + 8},
+	}{{compute.BF16, compute.BF16, compute.BF16, kFused0 + 8}, {compute.F16, compute.F16, compute.F16, kFusedF16 + 8 - firstHalfClass},
 		{compute.BF16, compute.BF16, compute.F32, kRows}, {compute.F16, compute.BF16, compute.F16, kRows}} {
 		x, w, dy, r, dx, dw := alloc(c.x, 8, 4096), alloc(compute.F32, 4096), alloc(c.dy, 8, 4096), alloc(compute.F32, 8), alloc(c.dx, 8, 4096), alloc(compute.F32, 4096)
 		ops := record(t, f, func(cb *compute.CommandBuffer) error {
@@ -532,7 +536,7 @@ func TestKernelParts(t *testing.T) {
 			}
 			seen[name] = true
 			def := -1
-			for _, pat := range []string{" " + name + "(", "RMS_FUSED_F32(" + name + ",", "RMS_FUSED_HALF(" + name + ","} {
+			for _, pat := range []string{" " + name + "(", "RMS_FUSED_F32(" + name + ",", "RMS_FUSED_HALF(" + name + ",", "RMS_FUSED_C9(" + name + ","} {
 				if i := strings.Index(src, pat); i >= 0 && (def < 0 || i < def) {
 					// The definition, not a mention in a comment.
 					if ls := strings.LastIndex(src[:i], "\n"); !strings.HasPrefix(strings.TrimSpace(src[ls+1:i+1]), "//") {
@@ -566,7 +570,7 @@ func TestKernelParts(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range append([]string{shaders.CUDARowsKernel, shaders.CUDAReduceKernel, shaders.CUDAAddKernel, shaders.CUDASpinKernel, shaders.CUDAFillKernel}, shaders.CUDARowsFusedKernels[:]...) {
+	for _, name := range append(append([]string{shaders.CUDARowsKernel, shaders.CUDAReduceKernel, shaders.CUDAAddKernel, shaders.CUDASpinKernel, shaders.CUDAFillKernel}, shaders.CUDARowsFusedKernels[:]...), shaders.CUDARowsFusedF16Kernels[:]...) {
 		if !seen[name] {
 			t.Errorf("kernel %s is in no part", name)
 		}
@@ -604,8 +608,8 @@ func TestStoreCubin(t *testing.T) {
 }
 
 // TestHalfSlotsEnv: RMSGRAD_CUDA_HALF_SLOTS is read as P or P,R (bad values
-// refused, naming the variable), compiles class c8's program only with the
-// slots, and sizes c8's shared memory (4*P*dim bytes) while the other
+// refused, naming the variable), compiles class c9's program only with the
+// slots, and sizes c9's shared memory (4*P*dim bytes) while the other
 // classes keep theirs.
 func TestHalfSlotsEnv(t *testing.T) {
 	for _, c := range []struct {
@@ -625,19 +629,22 @@ func TestHalfSlotsEnv(t *testing.T) {
 	}
 	bs := &Backend{arch: "sm_90", halfSlots: 4, halfSlotsR: 2}
 	for p, names := range kernelParts() {
-		has := strings.Contains(strings.Join(bs.compileOpts(p), " "), "-DRMS_C8_SLOTS=4 -DRMS_C8_SLOTS_R=2")
-		if want := slices.Contains(names, shaders.CUDARowsFusedKernels[8]); has != want {
+		has := strings.Contains(strings.Join(bs.compileOpts(p), " "), "-DRMS_C9_SLOTS=4 -DRMS_C9_SLOTS_R=2")
+		if want := slices.Contains(names, shaders.CUDARowsFusedKernels[9]) || slices.Contains(names, shaders.CUDARowsFusedF16Kernels[2]); has != want {
 			t.Errorf("part %d (%v): slots options %v, want %v", p, names, has, want)
 		}
 	}
 	b := &Backend{halfSlots: 3}
-	if got := b.classSmem(8, 4096); got != 4*3*4096 {
-		t.Errorf("c8 with 3 slots at 4096: %d bytes; want %d", got, 4*3*4096)
+	if got := b.classSmem(9, 6144); got != 4*3*6144 {
+		t.Errorf("c9 with 3 slots at 6144: %d bytes; want %d", got, 4*3*6144)
+	}
+	if got := b.classSmem(8, 4096); got != 8*4096 {
+		t.Errorf("c8 at 4096 with c9's slots: %d bytes; want %d", got, 8*4096)
 	}
 	if got := b.classSmem(4, 5120); got != 8*5120 {
 		t.Errorf("c4 at 5120: %d bytes; want %d", got, 8*5120)
 	}
-	if got := (&Backend{}).classSmem(8, 4096); got != 8*4096 {
-		t.Errorf("c8 without slots at 4096: %d bytes; want %d", got, 8*4096)
+	if got := (&Backend{}).classSmem(9, 6144); got != 8*6144 {
+		t.Errorf("c9 without slots at 6144: %d bytes; want %d", got, 8*6144)
 	}
 }

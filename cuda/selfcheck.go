@@ -11,10 +11,11 @@ import (
 )
 
 // selfCheckJobs are the jobs Open runs before it returns the backend: one
-// small job per fused class (F32 rows in c0-c6, BF16 and F16 rows in c7
-// and c8), jobs of several row groups with the dw reduction, and the
-// general kernel (a dim that is no multiple of 4, a half dim that is no
-// multiple of 8, x and dy of different dtypes): 16 jobs, 1.4 M elements.
+// small job per fused kernel (F32 rows in c0-c6, BF16 and F16 rows in
+// each of c7-c9), jobs of several row groups with the dw reduction, and
+// the general kernel (a dim that is no multiple of 4, a half dim that is
+// no multiple of 8, x and dy of different dtypes): 18 jobs, 1.6 M
+// elements.
 func selfCheckJobs() []computetest.Job {
 	f32 := computetest.Mix{}
 	bf16 := computetest.Mix{X: compute.BF16, W: compute.BF16, DY: compute.BF16, DX: compute.BF16, DW: compute.BF16}
@@ -28,11 +29,13 @@ func selfCheckJobs() []computetest.Job {
 		add(3, dim, f32)
 	}
 	add(5, 2048, bf16)
+	add(5, 1536, f16) // c7's F16 kernel
 	add(5, 4096, bf16)
 	add(3, 8192, f16)
 	add(64, 4096, f32)  // several groups, the reduction
 	add(96, 5120, f32)  // several groups, w and dw in shared memory
 	add(64, 8192, bf16) // the same, chunks of 8
+	add(64, 3072, f16)  // the same, two chunks a thread (c8)
 	add(5, 257, f32)
 	add(5, 1028, bf16)
 	add(4, 4096, anyMix)

@@ -59,7 +59,7 @@ fi
 
 if has conf; then
 	# Open first (NVRTC compiles the kernels): nothing else runs without it.
-	if ! RMSGRAD_REQUIRE_CUDA=1 timeout 120 "${BIN:-bin}"/cuda.test -test.v -test.run '^TestOpen$' >"$logs/open.log" 2>&1; then
+	if ! RMSGRAD_REQUIRE_CUDA=1 timeout 240 "${BIN:-bin}"/cuda.test -test.v -test.run '^TestOpen$' >"$logs/open.log" 2>&1; then
 		summary+=("Open FAILED: $(head -c 4000 "$logs/open.log")")
 		finish
 	fi

@@ -67,7 +67,8 @@
 // The host compiles the file as several programs at once (cuda/backend.go
 // kernelParts), RMS_PART=n keeping the kernels of part n: 0 the general
 // rows kernel, 1 the reduction and the benchmark kernels, 2+c fused class
-// c. Without RMS_PART (the CPU test harness, nvcc) every kernel is kept.
+// c (the BF16 kernel of a half class), 12..14 the F16 kernels of the half
+// classes c7..c9. Without RMS_PART (the CPU test harness, nvcc) every kernel is kept.
 #ifdef RMS_PART
 #define RMS_PART_IS(n) (RMS_PART == (n))
 #else
@@ -888,7 +889,7 @@ __device__ void rows_smem(const Job& J, int grp, float* red, float* sm) {
 }
 
 // The rows of one group of a half-precision fused class with x and dy in P
-// shared-memory slots (RMS_C8_SLOTS, a benchmark variant of c8): 16-byte
+// shared-memory slots (RMS_C9_SLOTS, a benchmark variant of c9): 16-byte
 // asynchronous copies, each thread copying, waiting for and reading only
 // its own chunks (no barrier between a copy and its read), keep P-R rows in
 // flight while R rows are reduced and written; no row is held in registers
@@ -1205,8 +1206,8 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // The fused kernels (every flag set, x, dy and dx of one dtype, dim a
 // multiple of the chunk width), one per width class of the register path,
 // compiled apart so that the general path's register pressure does not
-// make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7 and c8
-// BF16 and F16 rows (chunks of 8). Class c takes dims of up to
+// make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7, c8 and
+// c9 BF16 and F16 rows (chunks of 8). Class c takes dims of up to
 // CW*K*MAXT elements with K chunks per thread, blocks of T =
 // 32*ceil(nch/K/32) threads (so the block fits the row: at most 31 idle
 // threads), RMS_Cc_S rows in registers and RMS_Cc_R rows a block-sum
@@ -1223,9 +1224,12 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // against 70-78% with 8-byte loads and w in registers. On the H100
 // (docs/cuda.md, runs 17-18), two chunks a thread in blocks of 256, three
 // per SM, won 4 points at 16384x4096 in the harness and lost 1.5-2 in the
-// backend (80 registers and 56 bytes spilled), and one row a barrier in c8
-// lost 1.6-2 at 8192: c8 stays as it is. The S and R macros may be
-// overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
+// backend while one kernel held both half dtypes: at the 80 registers of
+// three blocks a SM it spilled 56 bytes, where a kernel of one dtype
+// spills none (NVRTC 11.8 and the harness's nvcc alike). Each half class
+// is therefore two kernels, one per dtype (RMS_FUSED_HALF). One row a
+// barrier in c9 lost 1.6-2 points at 16384x8192 in the backend. The S
+// and R macros may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
 #ifndef RMS_C0_S
 #define RMS_C0_S 3
 #endif
@@ -1253,6 +1257,9 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #ifndef RMS_C8_S
 #define RMS_C8_S 2
 #endif
+#ifndef RMS_C9_S
+#define RMS_C9_S 2
+#endif
 #ifndef RMS_C0_R
 #define RMS_C0_R 3
 #endif
@@ -1278,7 +1285,10 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C7_R 2
 #endif
 #ifndef RMS_C8_R
-#define RMS_C8_R 2
+#define RMS_C8_R 1
+#endif
+#ifndef RMS_C9_R
+#define RMS_C9_R 2
 #endif
 #define RMS_FUSED_PROLOGUE                               \
 	__shared__ float red[2 * 2 * RMS_RMAX * 32];     \
@@ -1291,13 +1301,14 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 		RMS_FUSED_PROLOGUE                                                       \
 		rows_regs<K, S, R, WS, true, T_F32, 4>(J, grp, red);                     \
 	}
-// A BF16 and F16 class (chunks of 8).
-#define RMS_FUSED_HALF(NAME, K, S, R, WS, MAXT, MINB)                                \
+// A BF16 or an F16 class (chunks of 8): each half class is two kernels,
+// one per dtype (IO), since one kernel holding both rows_regs spills at
+// three blocks a SM where either alone does not.
+#define RMS_FUSED_HALF(NAME, IO, K, S, R, WS, MAXT, MINB)                            \
 	extern "C" __global__ void __launch_bounds__(MAXT, MINB)                       \
 	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {          \
 		RMS_FUSED_PROLOGUE                                                       \
-		if (TYPE_IO(J) == T_BF16) rows_regs<K, S, R, WS, true, T_BF16, 8>(J, grp, red); \
-		else rows_regs<K, S, R, WS, true, T_F16, 8>(J, grp, red);                \
+		rows_regs<K, S, R, WS, true, IO, 8>(J, grp, red);                        \
 	}
 // cuda/geometry.go's fusedClasses must match these (cw, k, maxNch =
 // K*MAXT, MAXT, MINB, WS).
@@ -1331,29 +1342,49 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, RMS_C5_R, false, 384
 #if RMS_PART_IS(8)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, 4, RMS_C6_S, RMS_C6_R, false, 512, 1)
 #endif
-// c7: BF16 and F16 dims up to 2048, 1 chunk of 8 per thread.
+// c7: BF16 and F16 dims up to 2048, 1 chunk of 8 per thread (parts 9 and
+// 12: the BF16 and the F16 kernel).
 #if RMS_PART_IS(9)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, 1, RMS_C7_S, RMS_C7_R, false, 256, 3)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, 1, RMS_C7_S, RMS_C7_R, false, 256, 3)
 #endif
-// c8: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
-// up to 256 (two to four per SM), w and the dw sums in shared memory.
-// RMS_C8_SLOTS=P (the host's RMSGRAD_CUDA_HALF_SLOTS): x and dy in P
-// shared-memory slots instead (rows_slots; RMS_C8_SLOTS_R rows a barrier,
-// default 1), w and the dw sums in registers.
+#if RMS_PART_IS(12)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, 1, RMS_C7_S, RMS_C7_R, false, 256, 3)
+#endif
+// c8: BF16 and F16 dims up to 4096, 2 chunks of 8 per thread, blocks of
+// up to 256 (three per SM at 256: RMS_C8_MINB), w and the dw sums in
+// shared memory (parts 10 and 13).
+#ifndef RMS_C8_MINB
+#define RMS_C8_MINB 3
+#endif
 #if RMS_PART_IS(10)
-#ifdef RMS_C8_SLOTS
-#ifndef RMS_C8_SLOTS_R
-#define RMS_C8_SLOTS_R 1
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, T_BF16, 2, RMS_C8_S, RMS_C8_R, true, 256, RMS_C8_MINB)
 #endif
-extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_backward_rows_fused_c8(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
-	RMS_FUSED_PROLOGUE
-	if (TYPE_IO(J) == T_BF16) rows_slots<4, RMS_C8_SLOTS, RMS_C8_SLOTS_R, T_BF16>(J, grp, red);
-	else rows_slots<4, RMS_C8_SLOTS, RMS_C8_SLOTS_R, T_F16>(J, grp, red);
-}
+#if RMS_PART_IS(13)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, 2, RMS_C8_S, RMS_C8_R, true, 256, RMS_C8_MINB)
+#endif
+// c9: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
+// up to 256 (two to four per SM), w and the dw sums in shared memory
+// (parts 11 and 14). RMS_C9_SLOTS=P (the host's RMSGRAD_CUDA_HALF_SLOTS):
+// x and dy in P shared-memory slots instead (rows_slots; RMS_C9_SLOTS_R
+// rows a barrier, default 1), w and the dw sums in registers.
+#ifdef RMS_C9_SLOTS
+#ifndef RMS_C9_SLOTS_R
+#define RMS_C9_SLOTS_R 1
+#endif
+#define RMS_FUSED_C9(NAME, IO)                                                      \
+	extern "C" __global__ void __launch_bounds__(256, 2)                           \
+	    NAME(const Job* __restrict__ jobs, const int* __restrict__ bmap) {          \
+		RMS_FUSED_PROLOGUE                                                       \
+		rows_slots<4, RMS_C9_SLOTS, RMS_C9_SLOTS_R, IO>(J, grp, red);            \
+	}
 #else
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, 4, RMS_C8_S, RMS_C8_R, true, 256, 2)
+#define RMS_FUSED_C9(NAME, IO) RMS_FUSED_HALF(NAME, IO, 4, RMS_C9_S, RMS_C9_R, true, 256, 2)
 #endif
+#if RMS_PART_IS(11)
+RMS_FUSED_C9(rms_norm_backward_rows_fused_c9, T_BF16)
+#endif
+#if RMS_PART_IS(14)
+RMS_FUSED_C9(rms_norm_backward_rows_fused_c9_f16, T_F16)
 #endif
 
 #if RMS_PART_IS(1)

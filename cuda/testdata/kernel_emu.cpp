@@ -25,17 +25,21 @@ inline void cp_async_wait(int n) { emu_cp_wait(n); }
 // classOf is cuda/geometry.go's: the fused class of a dim in chunks of cw
 // elements (-1: none) and the block size of its rows.
 struct Class { int cw, k, maxNch; };
-const Class classes[9]={{4,1,256},{4,2,512},{4,3,768},{4,4,1024},{4,4,1280},{4,4,1536},{4,4,2048},{8,1,256},{8,4,1024}};
+const Class classes[10]={{4,1,256},{4,2,512},{4,3,768},{4,4,1024},{4,4,1280},{4,4,1536},{4,4,2048},{8,1,256},{8,2,512},{8,4,1024}};
 void classOf(int dim, int cw, int& cls, int& threads){
   cls=-1; threads=256;
   if(dim<=0 || dim%cw) return;
   int nch=dim/cw;
-  for(int c=0;c<9;c++) if(classes[c].cw==cw && nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; }
+  for(int c=0;c<10;c++) if(classes[c].cw==cw && nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; }
 }
 typedef void (*Kern)(const Job*, const int*);
-const Kern fusedKernels[9]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
+// By class; a half class's BF16 kernel, its F16 kernel in fusedF16Kernels
+// (cuda/plan.go entry.kernel).
+const Kern fusedKernels[10]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
   rms_norm_backward_rows_fused_c3,rms_norm_backward_rows_fused_c4,rms_norm_backward_rows_fused_c5,
-  rms_norm_backward_rows_fused_c6,rms_norm_backward_rows_fused_c7,rms_norm_backward_rows_fused_c8};
+  rms_norm_backward_rows_fused_c6,rms_norm_backward_rows_fused_c7,rms_norm_backward_rows_fused_c8,
+  rms_norm_backward_rows_fused_c9};
+const Kern fusedF16Kernels[3]={rms_norm_backward_rows_fused_c7_f16,rms_norm_backward_rows_fused_c8_f16,rms_norm_backward_rows_fused_c9_f16};
 // goJobs launches jobs (one dim) as the host does: the rows kernel the host
 // picks (cuda/plan.go entry.kernel) with the dim's block size (256 with
 // shared-memory slots), then the reduction for the jobs of several groups.
@@ -49,7 +53,7 @@ void goJobs(std::vector<Job>& jobs, int dim, int nred, bool forced){
   int cls, T; classOf(dim, cw, cls, T);
   if(forced && cw==4){ cls=-1; T=256; }
   bool fusedK = cls>=0 && jobs[0].flags==(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW) && TYPE_IO(jobs[0])!=T_ANY;
-  if(fusedK){ Kern k=fusedKernels[cls]; launch(s,T,[&]{ k(jobs.data(), bm.data()); }); }
+  if(fusedK){ Kern k = TYPE_IO(jobs[0])==T_F16 ? fusedF16Kernels[cls-7] : fusedKernels[cls]; launch(s,T,[&]{ k(jobs.data(), bm.data()); }); }
   else launch(s,T,[&]{ rms_norm_backward_rows_f32(jobs.data(), bm.data()); });
   if(rs) launch(rs,256,[&]{ rms_norm_dw_reduce_f32(jobs.data(), bmr.data()); });
 }
@@ -149,9 +153,9 @@ const char* tname(int dt){ return dt==T_F32?"f32":dt==T_BF16?"bf16":"f16"; }
 // with half w and dx) against a double reference, fused against apart bit
 // for bit, and every half output the F32 output of the same job rounded
 // once to nearest even.
-// halfOnly: only the cases of class c8's fused kernel (x, dy and dx of one
-// half dtype, dim a multiple of 8 over 2048 up to 8192), for the
-// RMS_C8_SLOTS variant.
+// halfOnly: only the cases of class c9's fused kernel (x, dy and dx of one
+// half dtype, dim a multiple of 8 over 4096 up to 8192), for the
+// RMS_C9_SLOTS variant.
 int runMixes(std::mt19937& rng, bool halfOnly){
   std::uniform_real_distribution<float> U(-1,1);
   std::vector<MixCase> cs={
@@ -177,16 +181,20 @@ int runMixes(std::mt19937& rng, bool halfOnly){
     {5,4096,2,{T_BF16,T_F32,T_F32,T_BF16,T_F32}},
     {7,2048,2,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
     {3,4104,1,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
-    // c8 with groups of many rows (every slot of RMS_C8_SLOTS reused), its
-    // smallest dim, and rows fewer than the slots.
+    // c8 with groups of many rows, its smallest dim, and rows fewer than
+    // the rows in registers; c9 with groups of many rows (every slot of
+    // RMS_C9_SLOTS reused) and its smallest dim.
     {37,4096,5,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
     {21,8192,2,{T_F16,T_F32,T_F16,T_F16,T_F32}},
     {11,3968,1,{T_BF16,T_F32,T_BF16,T_BF16,T_BF16}},
     {7,2056,3,{T_F16,T_F16,T_F16,T_F16,T_F16}},
+    {1,3072,1,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {37,4608,5,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {5,4104,2,{T_F16,T_F16,T_F16,T_F16,T_F16}},
   };
   int bad=0;
   for(auto c:cs){
-    if(halfOnly && !(c.t.x!=T_F32 && c.dim%8==0 && c.dim>2048 && c.dim<=8192 && ioOf(F_DX|F_DW,c.t)!=T_ANY)) continue;
+    if(halfOnly && !(c.t.x!=T_F32 && c.dim%8==0 && c.dim>4096 && c.dim<=8192 && ioOf(F_DX|F_DW,c.t)!=T_ANY)) continue;
     int rows=c.rows, dim=c.dim; size_t n=(size_t)rows*dim;
     std::vector<float> xv(n),wv(dim),dyv(n);
     for(auto&v:xv) v=U(rng);
@@ -232,7 +240,7 @@ int runMixes(std::mt19937& rng, bool halfOnly){
   return bad;
 }
 // Arguments: "eager" (copies land when issued; default late), "half" (only
-// class c8's cases, for the RMS_C8_SLOTS variant).
+// class c9's cases, for the RMS_C9_SLOTS variant).
 int main(int argc, char** argv){
   bool halfOnly=false;
   for(int i=1;i<argc;i++){ std::string a=argv[i]; if(a=="eager") g_eager=true; else if(a=="half") halfOnly=true; else { printf("unknown argument %s\n", argv[i]); return 2; } }
@@ -240,7 +248,7 @@ int main(int argc, char** argv){
   // gmax (the most groups a job is split into) is small here so that groups
   // of several rows, and the next-row prefetch, are exercised cheaply.
   // gmax 1: a job in one group, which stores dw itself (the small jobs).
-  // Dims 1024..8192 cover every fused class c0..c6 (c7 and c8 in runMixes) and block sizes that
+  // Dims 1024..8192 cover every fused class c0..c6 (c7, c8 and c9 in runMixes) and block sizes that
   // are not a power of two (1152: 160 threads; 2560: 224; 5120: 320).
   std::vector<Case> cs={{2,32,264},{7,1,3},{3,257,264},{65,31,8},{7,4097,3},{5,9000,2},{40,1024,6},{5,6144,2},{1,3,264},{9,8192,4},{33,2048,5},{3,4100,2},{6,5120,2},{3,7172,2},{5,1000,2},{300,4,2},{600,12,264},
     {8,1024,1},{4,1152,2},{5,2560,3},{11,4608,2},{7,5376,2},{3,3584,1},{4,7168,2},{2,6656,1},{3,257,1},{2,9000,1},{7,1,1}};
