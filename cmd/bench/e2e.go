@@ -45,6 +45,9 @@ type e2eResult struct {
 	GBs       float64       // tensor bytes (x, w, dy in; dx, dw out) per second
 	CPUPerJob time.Duration // the worker process's user+sys CPU per job
 	AvgBatch  float64
+	// Settled is what settle found and did just before the run (after
+	// its inputs were staged).
+	Settled settled
 	// bin/worker runs only: the servers' CPU and the machine's busy cores
 	// over the same interval as CPUPerJob.
 	Servers serverCPU
@@ -93,9 +96,11 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	}
 	notes = append(notes, "each job reads its own x and dy objects and a w shared by all jobs of its shape, and writes its own output.")
 	// Each shape's inputs are staged once and read by every run of it;
-	// each run writes its own outputs.
+	// each run writes its own outputs. Every timed run (and every storage
+	// ceiling of the rounds below) starts after settle, so that both sides
+	// of a ratio start with no writeback pending.
 	staged := map[string]string{}
-	runBin := func(bin string, s shape, maxJobs int) (e2eResult, error) {
+	runBin := func(bin string, s shape, maxJobs int, extraEnv ...string) (e2eResult, error) {
 		base, ok := staged[s.Name]
 		if !ok {
 			var err error
@@ -104,10 +109,16 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			}
 			staged[s.Name] = base
 		}
+		set := settle()
+		var r e2eResult
+		var err error
 		if bin != "" {
-			return runWorker(ctx, e, bin, base, s, maxJobs, o.concurrency)
+			r, err = runWorker(ctx, e, bin, base, s, maxJobs, o.concurrency, extraEnv...)
+		} else {
+			r, err = runInProcess(ctx, e, base, s, maxJobs, o.concurrency, "")
 		}
-		return runInProcess(ctx, e, base, s, maxJobs, o.concurrency, "")
+		r.Settled = set
+		return r, err
 	}
 	run := func(s shape, maxJobs int) (e2eResult, error) { return runBin(worker, s, maxJobs) }
 	baseline := o.baseline
@@ -129,6 +140,10 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	if err != nil {
 		return nil, notes, err
 	}
+	ceiling := func(s shape) (storageResult, error) {
+		settle()
+		return benchStorage(ctx, e, mc, s, s.Jobs, o.concurrency)
+	}
 	var defs, ones, bases, variants []e2eResult
 	var smallRatios []float64
 	var smallCeil []storageResult
@@ -138,7 +153,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			return rows, notes, err
 		}
 		defs = append(defs, r)
-		c, err := benchStorage(ctx, e, mc, small, small.Jobs, o.concurrency)
+		c, err := ceiling(small)
 		if err != nil {
 			return rows, notes, err
 		}
@@ -155,17 +170,20 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			bases = append(bases, r)
 		}
 		if o.variantEnv != "" && worker != "" {
-			if r, err = runWorker(ctx, e, worker, staged[small.Name], small, 0, o.concurrency, o.variantEnv); err != nil {
+			if r, err = runBin(worker, small, 0, o.variantEnv); err != nil {
 				return rows, notes, err
 			}
 			variants = append(variants, r)
 		}
 	}
 	def, one := median(defs), median(ones)
+	var largeSettled *settled
 	for _, s := range shapes {
 		r := def
 		var largeRatios, bf16Ratios []float64
 		var bf16Run e2eResult
+		var halfs []e2eResult
+		var f32Ceil, bf16Ceil []storageResult
 		switch s.Name {
 		case small.Name:
 		case "large":
@@ -175,8 +193,10 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			// and the section's ceiling was measured minutes earlier. Each
 			// round also runs the same jobs with every tensor in BF16
 			// (inputs staged in BF16, dx and dw written in BF16), right
-			// after the F32 run, so that the pair sees the same load.
-			var rs, halfs []e2eResult
+			// after the F32 run, so that the pair sees the same load, and
+			// measures the storage ceiling at both object sizes (64 MiB
+			// for F32, 32 MiB for BF16).
+			var rs []e2eResult
 			for range max(1, o.repeat) {
 				r, err := run(s, 0)
 				if err != nil {
@@ -188,15 +208,21 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 				if err != nil {
 					return rows, notes, err
 				}
-				c, err := benchStorage(ctx, e, mc, s, s.Jobs, o.concurrency)
+				c, err := ceiling(s)
+				if err != nil {
+					return rows, notes, err
+				}
+				hc, err := ceiling(hs)
 				if err != nil {
 					return rows, notes, err
 				}
 				rs, halfs = append(rs, r), append(halfs, h)
+				f32Ceil, bf16Ceil = append(f32Ceil, c), append(bf16Ceil, hc)
 				largeRatios = append(largeRatios, r.JobsPerS/c.JobsPerS())
 				bf16Ratios = append(bf16Ratios, h.JobsPerS/r.JobsPerS)
 			}
 			r, bf16Run = median(rs), median(halfs)
+			largeSettled = &rs[0].Settled
 		default:
 			var err error
 			if r, err = run(s, 0); err != nil {
@@ -235,11 +261,18 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			}
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d, every tensor BF16 vs F32, jobs/s (median of %d; rounds: %s)", s.Rows, s.Dim, len(bf16Ratios), strings.Join(bper, ", ")),
 				bf16Run.figure(), "F32 jobs/s of the same round", medianOf(bf16Ratios, func(x float64) float64 { return x }), 1, 1.8))
+			rows = append(rows, bf16CeilingRows(s, halfs, f32Ceil, bf16Ceil)...)
 		default:
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("%s %dx%d", s.Name, s.Rows, s.Dim), r.figure(),
 				"storage jobs/s", r.JobsPerS, sc.JobsPerS(), 0))
 		}
 	}
+
+	var smallSettled []settled
+	for _, d := range defs {
+		smallSettled = append(smallSettled, d.Settled)
+	}
+	notes = append(notes, settleNote(smallSettled, largeSettled))
 
 	rows = append(rows, ratioRow("batching", fmt.Sprintf("small, max_jobs=1 (median of %d)", len(ones)), one.figure(), "(baseline)", 0, 0, 0))
 	rows = append(rows, ratioRow("batching", fmt.Sprintf("small, default (max_jobs=32), %.1f jobs/batch (median of %d)", def.AvgBatch, len(defs)),
@@ -266,6 +299,41 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	}
 	prows, pnotes, err := benchProfile(ctx, e, o, rs, staged[small.Name], small)
 	return append(rows, prows...), append(notes, pnotes...), err
+}
+
+// bf16CeilingRows are the large BF16 rows beside the BF16-vs-F32 row:
+// the BF16 jobs/s against the storage ceiling at BF16 object sizes of the
+// same round, and the ratio of the two ceilings (BF16 sizes / F32 sizes):
+// what halving the bytes gives the storage server itself, the bound on
+// what the BF16-vs-F32 ratio can reach where storage is the limit. halfs,
+// f32Ceil and bf16Ceil hold one entry per round.
+func bf16CeilingRows(s shape, halfs []e2eResult, f32Ceil, bf16Ceil []storageResult) []row {
+	var ratios, ceilRatios []float64
+	var per, cper []string
+	for i, h := range halfs {
+		f, b := f32Ceil[i].JobsPerS(), bf16Ceil[i].JobsPerS()
+		if b > 0 {
+			ratios = append(ratios, h.JobsPerS/b)
+			per = append(per, fmt.Sprintf("%.0f%%", 100*h.JobsPerS/b))
+		}
+		if f > 0 && b > 0 {
+			ceilRatios = append(ceilRatios, b/f)
+			cper = append(cper, fmt.Sprintf("%.2fx", b/f))
+		}
+	}
+	id := func(x float64) float64 { return x }
+	hs := s
+	hs.DType = compute.BF16
+	jobs := func(c storageResult) float64 { return c.JobsPerS() }
+	return []row{
+		ratioRow("e2e", fmt.Sprintf("large %dx%d BF16 (median of %d; rounds: %s)", s.Rows, s.Dim, len(ratios), strings.Join(per, ", ")),
+			median(halfs).figure(), fmt.Sprintf("storage jobs/s at BF16 object sizes (%s), measured after each round", humanBytes(hs.XBytes())),
+			medianOf(ratios, id), 1, 0),
+		ratioRow("e2e", fmt.Sprintf("storage alone: ceiling at BF16 sizes vs F32 sizes (rounds: %s)", strings.Join(cper, ", ")),
+			fmt.Sprintf("%.3g vs %.3g jobs/s (medians of %d rounds; 2 GET + 1 PUT of %s vs %s)", medianOf(bf16Ceil, jobs), medianOf(f32Ceil, jobs),
+				len(bf16Ceil), humanBytes(hs.XBytes()), humanBytes(s.XBytes())),
+			"storage jobs/s at F32 sizes, same round", medianOf(ceilRatios, id), 1, 0),
+	}
 }
 
 // serversRow splits the small rounds' CPU by process (medians over the

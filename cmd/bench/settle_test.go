@@ -1,0 +1,111 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const meminfoSample = `MemTotal:        8131212 kB
+MemFree:          312840 kB
+MemAvailable:    6270048 kB
+Buffers:          143612 kB
+Cached:          5619476 kB
+Dirty:           2401280 kB
+Writeback:         10240 kB
+AnonPages:       1601464 kB
+WritebackTmp:          0 kB
+HugePages_Total:       0
+Hugepagesize:       2048 kB
+`
+
+func TestParseDirty(t *testing.T) {
+	got, err := parseDirty([]byte(meminfoSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// WritebackTmp must not be taken for Writeback.
+	if want := int64(2401280+10240) << 10; got != want {
+		t.Fatalf("parseDirty = %d, want %d", got, want)
+	}
+
+	for _, c := range []struct {
+		name, text, wantErr string
+	}{
+		{"no Dirty", strings.Replace(meminfoSample, "Dirty:           2401280 kB\n", "", 1), "no Dirty line"},
+		{"no Writeback", strings.Replace(meminfoSample, "Writeback:         10240 kB\n", "", 1), "no Writeback line"},
+		{"empty", "", "no Dirty line"},
+		{"other unit", strings.Replace(meminfoSample, "2401280 kB", "2401280 MB", 1), "want \"N kB\""},
+		{"not a number", strings.Replace(meminfoSample, "10240 kB", "x kB", 1), "not a size"},
+	} {
+		if d, err := parseDirty([]byte(c.text)); err == nil || !strings.Contains(err.Error(), c.wantErr) || d != -1 {
+			t.Errorf("%s: parseDirty = %d, %v; want -1 and an error with %q", c.name, d, err, c.wantErr)
+		}
+	}
+}
+
+func TestSettleNote(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{0, "0"}, {999, "999"}, {1000, "1,000"}, {2345, "2,345"}, {1234567, "1,234,567"}, {-1234, "-1,234"}} {
+		if got := groupDigits(c.n); got != c.want {
+			t.Errorf("groupDigits(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+	small := []settled{{Dirty: 2345 << 20, Sync: 1900 * time.Millisecond}, {Dirty: 3 << 20, Sync: 12 * time.Millisecond}, {Dirty: -1, Sync: 0}}
+	large := settled{Dirty: 100 << 20, Sync: 2500 * time.Millisecond}
+	got := settleNote(small, &large)
+	for _, want := range []string{
+		"round 1: 2,345 MiB dirty, sync 1.9 s; round 2: 3 MiB dirty, sync 12 ms; round 3: dirty unknown, sync 0 ms",
+		"; before the first large round's F32 run: 100 MiB dirty, sync 2.5 s.",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("settleNote = %q, want it to hold %q", got, want)
+		}
+	}
+	if got := settleNote(small[:1], nil); strings.Contains(got, "large") || !strings.HasSuffix(got, "sync 1.9 s.") {
+		t.Errorf("settleNote without a large round = %q", got)
+	}
+}
+
+// TestBF16CeilingRows: the BF16 run against the BF16-size ceiling of its
+// round, and the two ceilings' ratio per round; medians in the ratio
+// column, no target.
+func TestBF16CeilingRows(t *testing.T) {
+	s := shape{Name: "large", Rows: 4096, Dim: 4096, Jobs: 48}
+	// JobsPerS() = 1/(2/GET + 1/PUT): GET = PUT = 3x gives x jobs/s.
+	ceil := func(x float64) storageResult { return storageResult{GetPerS: 3 * x, PutPerS: 3 * x} }
+	halfs := []e2eResult{{JobsPerS: 8}, {JobsPerS: 9}, {JobsPerS: 6}}
+	f32 := []storageResult{ceil(5), ceil(6), ceil(4)}
+	bf16 := []storageResult{ceil(10), ceil(9), ceil(8)}
+	rows := bf16CeilingRows(s, halfs, f32, bf16)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2", len(rows))
+	}
+	r := rows[0]
+	if want := "large 4096x4096 BF16 (median of 3; rounds: 80%, 100%, 75%)"; r.What != want {
+		t.Errorf("What %q, want %q", r.What, want)
+	}
+	if !r.HasRatio || r.Ratio < 0.8-1e-9 || r.Ratio > 0.8+1e-9 || r.Target != "" {
+		t.Errorf("BF16 row ratio %v (has %v), target %q; want 80%%, no target", r.Ratio, r.HasRatio, r.Target)
+	}
+	if !strings.Contains(r.Ceiling, "BF16 object sizes (32 MiB)") {
+		t.Errorf("BF16 row ceiling %q", r.Ceiling)
+	}
+	c := rows[1]
+	if want := "storage alone: ceiling at BF16 sizes vs F32 sizes (rounds: 2.00x, 1.50x, 2.00x)"; c.What != want {
+		t.Errorf("What %q, want %q", c.What, want)
+	}
+	if !c.HasRatio || c.Ratio < 2-1e-9 || c.Ratio > 2+1e-9 || c.Target != "" {
+		t.Errorf("ceiling row ratio %v (has %v), target %q; want 200%%, no target", c.Ratio, c.HasRatio, c.Target)
+	}
+	if want := "9 vs 5 jobs/s (medians of 3 rounds; 2 GET + 1 PUT of 32 MiB vs 64 MiB)"; c.Figure != want {
+		t.Errorf("Figure %q, want %q", c.Figure, want)
+	}
+	md := (&report{Rows: rows}).markdown()
+	if !strings.Contains(md, "| e2e | storage alone: ceiling at BF16 sizes vs F32 sizes (rounds: 2.00x, 1.50x, 2.00x) | ") ||
+		!strings.Contains(md, "| 200.0% |  |") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
