@@ -182,7 +182,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		r := def
 		var largeRatios, bf16Ratios []float64
 		var bf16Run e2eResult
-		var halfs []e2eResult
+		var halfs, halfVars []e2eResult
 		var f32Ceil, bf16Ceil []storageResult
 		switch s.Name {
 		case small.Name:
@@ -207,6 +207,13 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 				h, err := run(hs, 0)
 				if err != nil {
 					return rows, notes, err
+				}
+				if o.largeEnv != "" && worker != "" {
+					v, err := runBin(worker, hs, 0, o.largeEnv)
+					if err != nil {
+						return rows, notes, err
+					}
+					halfVars = append(halfVars, v)
 				}
 				c, err := ceiling(s)
 				if err != nil {
@@ -262,6 +269,11 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("large %dx%d, every tensor BF16 vs F32, jobs/s (median of %d; rounds: %s)", s.Rows, s.Dim, len(bf16Ratios), strings.Join(bper, ", ")),
 				bf16Run.figure(), "F32 jobs/s of the same round", medianOf(bf16Ratios, func(x float64) float64 { return x }), 1, 1.8))
 			rows = append(rows, bf16CeilingRows(s, halfs, f32Ceil, bf16Ceil)...)
+			if len(halfVars) > 0 {
+				v, h := median(halfVars), median(halfs)
+				rows = append(rows, ratioRow("variant", fmt.Sprintf("large %dx%d BF16, bin/worker with %s (median of %d; jobs/s %s vs %s)", s.Rows, s.Dim, o.largeEnv, len(halfVars),
+					jobsList(halfVars), jobsList(halfs)), v.figure(), "default BF16 jobs/s, same rounds", v.JobsPerS, h.JobsPerS, 0))
+			}
 		default:
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("%s %dx%d", s.Name, s.Rows, s.Dim), r.figure(),
 				"storage jobs/s", r.JobsPerS, sc.JobsPerS(), 0))
@@ -919,4 +931,13 @@ func avgBatch(rc asynq.RedisClientOpt, queue string) float64 {
 		return 0
 	}
 	return float64(sum) / float64(n)
+}
+
+// jobsList is the jobs/s of each run, for a row's label.
+func jobsList(rs []e2eResult) string {
+	var p []string
+	for _, r := range rs {
+		p = append(p, fmt.Sprintf("%.3g", r.JobsPerS))
+	}
+	return strings.Join(p, "/")
 }

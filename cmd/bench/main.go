@@ -27,6 +27,7 @@ type options struct {
 	profMaxJobs int
 	inproc      string
 	variantEnv  string
+	largeEnv    string
 	timeout     time.Duration
 	// The cluster section (cluster.go).
 	clusterReplicas int
@@ -45,6 +46,7 @@ func main() {
 	flag.StringVar(&o.baseline, "baseline-worker", "", "another worker binary (e.g. built from an older commit) to run on the small load alternately with -worker, for a before/after in the same run")
 	flag.IntVar(&o.profMaxJobs, "profile-max-jobs", 0, "batch.max_jobs of the in-process profile run (0: the worker's default)")
 	flag.StringVar(&o.variantEnv, "variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the small load (alternated), e.g. GOGC=400")
+	flag.StringVar(&o.largeEnv, "large-variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the large BF16 load, after each round's BF16 run, e.g. RMSGRAD_BUDGET_BYTES=4294967296")
 	flag.StringVar(&o.inproc, "inproc-backend", "cpu", "compute backend of the in-process runs (the profile, the I/O floor): cpu, cuda on a host with an NVIDIA GPU, or metal on a Mac (bin/worker picks its own: auto)")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), gateway (only when named), or profile (only the in-process profile of the small load), or cluster (alone: Redis Cluster per-node costs and shard scaling, report/cluster.md)")
