@@ -22,8 +22,9 @@ type settled struct {
 
 // settle flushes the kernel's dirty pages before a timed run: the
 // sections before it write gigabytes of objects into versitygw's posix
-// directory, and the kernel's writeback of them would otherwise overlap
-// the next run (and not the ceiling measured after it). It reads Dirty and
+// directory, and the kernel's writeback of them could otherwise overlap
+// one side of a ratio (a run) and not the other (the ceiling measured
+// after it); after settle both start with none pending. It reads Dirty and
 // Writeback from /proc/meminfo first; off Linux, or when /proc/meminfo
 // cannot be read, it still syncs and reports Dirty -1.
 func settle() settled {
