@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -71,13 +72,21 @@ type Backend struct {
 	launches     []phaseLaunch
 	rowsLaunches []rowsLaunch
 	last         Stats
-	// poolMu guards the pool, allocs and closed (written under both
-	// locks): Alloc and Release take only poolMu, so the handlers' buffers
-	// come and go while a command buffer runs.
+	// poolMu guards the pool and closed (written under both locks):
+	// Alloc and Release take only poolMu, so the handlers' buffers come and
+	// go while a command buffer runs.
 	poolMu sync.Mutex
 	pool   map[int][]*mem
-	allocs int // cuMemAlloc calls, for the steady-state test
+	allocs atomic.Int64 // cuMemAlloc calls, for the steady-state test
 	closed bool
+	// growing counts Alloc's new allocations made outside poolMu (pinning
+	// tens of MiB takes milliseconds, and a worker warming up makes many
+	// at once); Close waits on grown until none is left. allocLocked
+	// (RMSGRAD_CUDA_ALLOC_LOCKED=1, a benchmark variant) allocates under
+	// poolMu instead, one allocation at a time.
+	growing     int
+	grown       sync.Cond // L is &poolMu
+	allocLocked bool
 	// hold, when set (benchmarks only), queues a kernel spinning that long
 	// before the timed region of Execute, so that the kernels' events do
 	// not include the host's launch latency.
@@ -127,6 +136,7 @@ func open() (*Backend, error) {
 		return nil, fmt.Errorf("cuda: the driver sees no GPU: %w", compute.ErrUnsupported)
 	}
 	b := &Backend{d: d, pool: make(map[int][]*mem), args: new(launchArgs)}
+	b.grown.L = &b.poolMu
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, 0)); err != nil {
 		return nil, err
 	}
@@ -160,6 +170,7 @@ func open() (*Backend, error) {
 		b.rgAlign = v
 	}
 	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
+	b.allocLocked = os.Getenv("RMSGRAD_CUDA_ALLOC_LOCKED") == "1"
 	b.mapMax = defaultMapMax
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAP_BYTES")); err == nil && v >= 0 {
 		b.mapMax = v
@@ -592,10 +603,10 @@ func (b *Backend) pooled(c int) *mem {
 }
 
 // newMem allocates c bytes of device memory, and of pinned host memory
-// mapped into the device's address space when withHost. b.poolMu must be
-// held and the context bound.
+// mapped into the device's address space when withHost. The context must be
+// bound, and b.poolMu or b.growMu (for reading) held, so that Close waits.
 func (b *Backend) newMem(c int, withHost bool) (*mem, error) {
-	b.allocs++
+	b.allocs.Add(1)
 	m := &mem{size: c}
 	if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(c))); err != nil {
 		return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
@@ -629,7 +640,9 @@ func (b *Backend) freeMem(m *mem) {
 
 // Alloc returns a buffer from the pool: pinned host memory (Bytes, Float32s),
 // mapped into the device's address space, and device memory of the same
-// size. A pooled buffer costs no driver call.
+// size. A pooled buffer costs no driver call; a new one is allocated
+// outside poolMu, so that handlers warming the pool up pin their buffers
+// side by side and a pooled buffer is never kept waiting behind them.
 func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, error) {
 	if dtype.Size() == 0 {
 		return nil, fmt.Errorf("cuda: Alloc: dtype %q: %w", dtype, compute.ErrInvalidArgument)
@@ -638,24 +651,42 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 	if n < 0 || n > compute.MaxElements {
 		return nil, fmt.Errorf("cuda: Alloc: shape %v: want a non-negative element count <= %d: %w", shape, compute.MaxElements, compute.ErrInvalidArgument)
 	}
+	c := sizeClass(n * dtype.Size())
+	buf := func(m *mem) compute.Buffer {
+		return &buffer{b: b, m: m, dtype: dtype, shape: append([]int(nil), shape...), n: n}
+	}
 	b.poolMu.Lock()
-	defer b.poolMu.Unlock()
 	if b.closed {
+		b.poolMu.Unlock()
 		return nil, fmt.Errorf("cuda: Alloc after Close: %w", compute.ErrDevice)
 	}
-	c := sizeClass(n * dtype.Size())
-	m := b.pooled(c)
-	if m == nil {
-		unlock, err := b.bindCtx()
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
-		if m, err = b.newMem(c, true); err != nil {
-			return nil, err
-		}
+	if m := b.pooled(c); m != nil {
+		b.poolMu.Unlock()
+		return buf(m), nil
 	}
-	return &buffer{b: b, m: m, dtype: dtype, shape: append([]int(nil), shape...), n: n}, nil
+	if b.allocLocked {
+		defer b.poolMu.Unlock()
+	} else {
+		b.growing++
+		b.poolMu.Unlock()
+		defer func() {
+			b.poolMu.Lock()
+			if b.growing--; b.growing == 0 {
+				b.grown.Broadcast()
+			}
+			b.poolMu.Unlock()
+		}()
+	}
+	unlock, err := b.bindCtx()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	m, err := b.newMem(c, true)
+	if err != nil {
+		return nil, err
+	}
+	return buf(m), nil
 }
 
 // Close releases the device. Buffers must be released first; pooled memory
@@ -669,6 +700,11 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	// Alloc makes no new allocation once closed is set; wait for those
+	// under way (the context must outlive them).
+	for b.growing > 0 {
+		b.grown.Wait()
+	}
 	unlock, err := b.bindCtx()
 	if err != nil {
 		return err

@@ -70,7 +70,7 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := b.allocs
+	before := b.allocs.Load()
 	for i := 0; i < 3; i++ {
 		got, err := computetest.RunJobs(ctx, b, jobs, computetest.AllDXThenAllDW)
 		if err != nil {
@@ -82,7 +82,7 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 			}
 		}
 	}
-	if n := b.allocs - before; n != 0 {
+	if n := b.allocs.Load() - before; n != 0 {
 		t.Fatalf("steady state made %d device/pinned allocations, want 0", n)
 	}
 	st := b.LastStats()
