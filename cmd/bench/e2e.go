@@ -270,9 +270,9 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 				bf16Run.figure(), "F32 jobs/s of the same round", medianOf(bf16Ratios, func(x float64) float64 { return x }), 1, 1.8))
 			rows = append(rows, bf16CeilingRows(s, halfs, f32Ceil, bf16Ceil)...)
 			if len(halfVars) > 0 {
-				v, h := median(halfVars), median(halfs)
+				v := median(halfVars)
 				rows = append(rows, ratioRow("variant", fmt.Sprintf("large %dx%d BF16, bin/worker with %s (median of %d; jobs/s %s vs %s)", s.Rows, s.Dim, o.largeEnv, len(halfVars),
-					jobsList(halfVars), jobsList(halfs)), v.figure(), "default BF16 jobs/s, same rounds", v.JobsPerS, h.JobsPerS, 0))
+					jobsList(halfVars), jobsList(halfs)), v.figure(), "default BF16 jobs/s, same rounds", v.JobsPerS, bf16Run.JobsPerS, 0))
 			}
 		default:
 			rows = append(rows, ratioRow("e2e", fmt.Sprintf("%s %dx%d", s.Name, s.Rows, s.Dim), r.figure(),
