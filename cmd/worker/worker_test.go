@@ -69,11 +69,21 @@ func TestWorkerDevMode(t *testing.T) {
 		t.Fatalf("dev mode does not print its redis address:\n%s", logs.String())
 	}
 	// The state file the enqueue CLI reads, and the line telling the user.
+	// The worker writes it once it serves jobs, which can be just after
+	// /readyz first answers 200 (readiness follows the probes).
 	st, err := devstate.Read(dir)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		st, err = devstate.Read(dir)
+	}
 	if err != nil || st.RedisAddr != redisAddr || st.FileRoot != dir || st.HTTPAddr != httpAddr || st.PID != cmd.Process.Pid {
 		t.Fatalf("dev state %+v (%v); want redis %s, root %s, http %s, pid %d", st, err, redisAddr, dir, httpAddr, cmd.Process.Pid)
 	}
-	if !strings.Contains(logs.String(), "enqueue --dev-dir "+dir) || !strings.Contains(logs.String(), devstate.Path(dir)) {
+	told := func() bool {
+		return strings.Contains(logs.String(), "enqueue --dev-dir "+dir) && strings.Contains(logs.String(), devstate.Path(dir))
+	}
+	for deadline := time.Now().Add(5 * time.Second); !told() && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	}
+	if !told() {
 		t.Fatalf("dev mode does not say how enqueue finds it:\n%s", logs.String())
 	}
 	router, js := writeInputs(t, dir, 20)
