@@ -87,6 +87,16 @@ type Backend struct {
 	growing     int
 	grown       sync.Cond // L is &poolMu
 	allocLocked bool
+	// The arena is pinned host memory reserved in one call (Reserve),
+	// from which newMem carves the pinned part of its allocations until
+	// it is used up: a fresh worker's pool then fills without pinning
+	// buffer by buffer. Carved memory goes to the pool like any other and
+	// the arena is freed whole at Close. arenaMu guards arenaUsed.
+	arenaMu   sync.Mutex
+	arenaHost unsafe.Pointer
+	arenaDev  uint64
+	arenaSize int
+	arenaUsed int
 	// hold, when set (benchmarks only), queues a kernel spinning that long
 	// before the timed region of Execute, so that the kernels' events do
 	// not include the host's launch latency.
@@ -106,6 +116,96 @@ type mem struct {
 	hdev uint64
 	dptr uint64
 	size int
+	// arena: host lies in the backend's arena (freed with it, not alone).
+	arena bool
+}
+
+// arenaAlign aligns the arena's pieces as cuMemAlloc aligns its own.
+const arenaAlign = 256
+
+// Reserve pins n bytes of host memory (mapped into the device's address
+// space and zeroed) in one allocation, from which the buffer pool takes
+// its new buffers until it is used up, so that the first jobs of a fresh
+// worker do not pin their buffers one by one (tens of MiB each, some
+// milliseconds). Buffers beyond it are pinned as they are needed, as
+// without a reserve. Call it once, before the first Alloc; n <= 0 is a
+// no-op. It returns how long pinning and zeroing took.
+func (b *Backend) Reserve(n int64) (time.Duration, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	n = (n + arenaAlign - 1) &^ (arenaAlign - 1)
+	start := time.Now()
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
+	if b.closed {
+		return 0, fmt.Errorf("cuda: Reserve after Close: %w", compute.ErrDevice)
+	}
+	b.arenaMu.Lock()
+	defer b.arenaMu.Unlock()
+	if b.arenaHost != nil {
+		return 0, fmt.Errorf("cuda: Reserve called twice: %w", compute.ErrInvalidArgument)
+	}
+	unlock, err := b.bindCtx()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	var host unsafe.Pointer
+	if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&host, uintptr(n), memHostAllocPortab|memHostAllocDevMap)); err != nil {
+		return 0, fmt.Errorf("cuda: reserving %d pinned host bytes: %w", n, err)
+	}
+	var hdev uint64
+	if err := b.d.check("cuMemHostGetDevicePointer", b.d.cuMemHostGetDevicePtr(&hdev, host, 0)); err != nil {
+		b.d.cuMemFreeHost(host)
+		return 0, fmt.Errorf("cuda: mapping %d reserved pinned host bytes: %w", n, err)
+	}
+	clearParallel(unsafe.Slice((*byte)(host), n))
+	b.arenaHost, b.arenaDev, b.arenaSize = host, hdev, int(n)
+	return time.Since(start), nil
+}
+
+// Reserved returns the arena's size and how much of it the pool has taken.
+func (b *Backend) Reserved() (size, used int) {
+	b.arenaMu.Lock()
+	defer b.arenaMu.Unlock()
+	return b.arenaSize, b.arenaUsed
+}
+
+// arenaTake carves c bytes off the arena: their host and device addresses,
+// or ok false when the arena is missing or too short.
+func (b *Backend) arenaTake(c int) (host unsafe.Pointer, hdev uint64, ok bool) {
+	b.arenaMu.Lock()
+	defer b.arenaMu.Unlock()
+	c = (c + arenaAlign - 1) &^ (arenaAlign - 1)
+	if b.arenaHost == nil || b.arenaSize-b.arenaUsed < c {
+		return nil, 0, false
+	}
+	off := b.arenaUsed
+	b.arenaUsed += c
+	return unsafe.Add(b.arenaHost, off), b.arenaDev + uint64(off), true
+}
+
+// clearParallel zeroes p on up to GOMAXPROCS goroutines (a reserve of
+// gigabytes takes a core a few hundred milliseconds to clear).
+func clearParallel(p []byte) {
+	const chunk = 64 << 20
+	if len(p) <= chunk {
+		clear(p)
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for len(p) > 0 {
+		q := p[:min(chunk, len(p))]
+		p = p[len(q):]
+		sem <- struct{}{}
+		wg.Go(func() {
+			clear(q)
+			<-sem
+		})
+	}
+	wg.Wait()
 }
 
 // defaultMapMax is the backend's mapMax: buffers up to 1 MiB (a small or
@@ -612,6 +712,11 @@ func (b *Backend) newMem(c int, withHost bool) (*mem, error) {
 		return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
 	}
 	if withHost {
+		if host, hdev, ok := b.arenaTake(c); ok {
+			// Zeroed by Reserve, and never handed out before.
+			m.host, m.hdev, m.arena = host, hdev, true
+			return m, nil
+		}
 		if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&m.host, uintptr(c), memHostAllocPortab|memHostAllocDevMap)); err != nil {
 			b.d.cuMemFree(m.dptr)
 			return nil, fmt.Errorf("cuda: allocating %d pinned host bytes: %w", c, err)
@@ -630,7 +735,7 @@ func (b *Backend) freeMem(m *mem) {
 	if m == nil {
 		return
 	}
-	if m.host != nil {
+	if m.host != nil && !m.arena {
 		b.d.cuMemFreeHost(m.host)
 	}
 	if m.dptr != 0 {
@@ -729,6 +834,10 @@ func (b *Backend) destroy() {
 	b.freeMem(b.scratch)
 	b.freeMem(b.table)
 	b.scratch, b.table = nil, nil
+	if b.arenaHost != nil {
+		d.cuMemFreeHost(b.arenaHost)
+		b.arenaHost, b.arenaSize, b.arenaUsed = nil, 0, 0
+	}
 	for _, e := range []uintptr{b.evStart, b.evEnd, b.evK0, b.evK1} {
 		if e != 0 {
 			d.cuEventDestroy(e)

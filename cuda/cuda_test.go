@@ -55,7 +55,85 @@ func TestOpen(t *testing.T) {
 // The whole conformance suite against the float64 oracle, on the GPU.
 func TestConformance(t *testing.T) {
 	openOrSkip(t).Close()
-	computetest.Run(t, func(t *testing.T) compute.Backend { return openOrSkip(t) })
+	// Each backend reserves a small arena (as the worker reserves
+	// pin_reserve_bytes), so the suite's first buffers are carved from it
+	// and the rest pinned one by one: both kinds meet in its batches.
+	computetest.Run(t, func(t *testing.T) compute.Backend {
+		b := openOrSkip(t)
+		if _, err := b.Reserve(8 << 20); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		return b
+	})
+}
+
+// Buffers carved from the pinned arena (Reserve) are zeroed, mapped where
+// the arena is mapped, and give the same bits as buffers pinned one by one,
+// on the copy path and the zero-copy path alike; once the arena is used
+// up, buffers are pinned as before.
+func TestReserve(t *testing.T) {
+	ctx := context.Background()
+	jobs := []computetest.Job{computetest.NewJob(1, 64, 4096), computetest.NewJob(2, 8, 1024), computetest.NewJob(3, 3, 257),
+		computetest.NewJob(4, 512, 1024)} // 2 MiB tensors: mapped, not copied (defaultMapMax)
+	plain := openOrSkip(t)
+	want, err := computetest.RunJobs(ctx, plain, jobs, computetest.DXThenDW)
+	plain.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b := openOrSkip(t)
+	defer b.Close()
+	if d, err := b.Reserve(0); d != 0 || err != nil {
+		t.Fatalf("Reserve(0) = %v, %v; want a no-op", d, err)
+	}
+	const n = 32 << 20
+	if _, err := b.Reserve(n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Reserve(n); !errors.Is(err, compute.ErrInvalidArgument) {
+		t.Fatalf("second Reserve: %v, want ErrInvalidArgument", err)
+	}
+	if size, used := b.Reserved(); size != n || used != 0 {
+		t.Fatalf("Reserved() = %d, %d; want %d, 0", size, used, n)
+	}
+	x, err := b.Alloc(compute.F32, 1<<20) // 4 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := x.(*buffer).m
+	if !m.arena || m.hdev < b.arenaDev || m.hdev+uint64(m.size) > b.arenaDev+uint64(n) {
+		t.Fatalf("a 4 MiB buffer after Reserve(%d): arena %v, mapped at %#x (arena %#x + %d)", n, m.arena, m.hdev, b.arenaDev, n)
+	}
+	for i, v := range x.Bytes() {
+		if v != 0 {
+			t.Fatalf("carved buffer: byte %d = %#x, want zero", i, v)
+		}
+	}
+	x.Release()
+	for round := range 3 {
+		got, err := computetest.RunJobs(ctx, b, jobs, computetest.DXThenDW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range got {
+			if d := computetest.BitsEqual(got[k], want[k]); d != "" {
+				t.Fatalf("round %d, job %d (arena buffers vs pinned one by one): %s", round, k, d)
+			}
+		}
+	}
+	if _, used := b.Reserved(); used == 0 || used > n {
+		t.Fatalf("after the jobs the arena has %d of %d bytes used; want some, at most all", used, n)
+	}
+	// Past the arena: a buffer larger than what is left is pinned alone.
+	big, err := b.Alloc(compute.F32, n/4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big.(*buffer).m.arena {
+		t.Fatalf("a %d-byte buffer came from an arena of %d bytes with some used", n, n)
+	}
+	big.Release()
 }
 
 // A steady-state worker allocates no device or pinned memory: the second

@@ -23,6 +23,7 @@ type options struct {
 	only        string
 	repeat      int
 	profShape   string
+	largeOnly   bool
 	baseline    string
 	profMaxJobs int
 	inproc      string
@@ -47,6 +48,7 @@ func main() {
 	flag.IntVar(&o.profMaxJobs, "profile-max-jobs", 0, "batch.max_jobs of the in-process profile run (0: the worker's default)")
 	flag.StringVar(&o.variantEnv, "variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the small load (alternated), e.g. GOGC=400")
 	flag.StringVar(&o.largeEnv, "large-variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the large BF16 load, after each round's BF16 run, e.g. RMSGRAD_BUDGET_BYTES=4294967296")
+	flag.BoolVar(&o.largeOnly, "e2e-large-only", false, "with the e2e section: run only the large class's rounds (F32, BF16, their storage ceilings), not the small and medium classes nor the profile")
 	flag.StringVar(&o.inproc, "inproc-backend", "cpu", "compute backend of the in-process runs (the profile, the I/O floor): cpu, cuda on a host with an NVIDIA GPU, or metal on a Mac (bin/worker picks its own: auto)")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
 	flag.StringVar(&o.only, "only", "", "comma list of sections to run: queue,storage,compute,e2e (default all), gateway (only when named), or profile (only the in-process profile of the small load), or cluster (alone: Redis Cluster per-node costs and shard scaling, report/cluster.md)")

@@ -109,3 +109,42 @@ func TestBF16CeilingRows(t *testing.T) {
 		t.Errorf("markdown:\n%s", md)
 	}
 }
+
+// coldRows: each pass ratio and the BF16-vs-F32 ratio of the first passes
+// come from the rounds' own runs; runs without a first pass give no rows.
+func TestColdRows(t *testing.T) {
+	s := shape{Name: "large", Rows: 4096, Dim: 4096, Jobs: 48}
+	run := func(warm, cold float64) e2eResult {
+		return e2eResult{JobsPerS: warm, Cold: &e2eResult{JobsPerS: cold}}
+	}
+	f32 := []e2eResult{run(40, 30), run(38, 20), run(39, 28)}
+	bf16 := []e2eResult{run(90, 45), run(88, 50), run(92, 42)}
+	rows := coldRows(s, f32, bf16)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
+	}
+	approx := func(r row, want float64) bool { return r.HasRatio && r.Ratio > want-1e-9 && r.Ratio < want+1e-9 }
+	if want := "large 4096x4096 F32, a fresh worker's first 48 jobs (cold) vs the next 48 (jobs/s 30/20/28 vs 40/38/39)"; rows[0].What != want {
+		t.Errorf("F32 row %q, want %q", rows[0].What, want)
+	}
+	if !approx(rows[0], 28.0/39) {
+		t.Errorf("F32 cold/warm ratio %v, want median 28 / median 39", rows[0].Ratio)
+	}
+	if !approx(rows[1], 45.0/90) {
+		t.Errorf("BF16 cold/warm ratio %v, want median 45 / median 90", rows[1].Ratio)
+	}
+	// Per round: 45/30 = 1.5, 50/20 = 2.5, 42/28 = 1.5.
+	if want := "large 4096x4096, every tensor BF16 vs F32, cold first passes (median of 3; rounds: 1.50x, 2.50x, 1.50x)"; rows[2].What != want {
+		t.Errorf("ratio row %q, want %q", rows[2].What, want)
+	}
+	if !approx(rows[2], 1.5) || rows[2].Target != "" {
+		t.Errorf("cold BF16 vs F32 ratio %v target %q, want 1.5 and no target", rows[2].Ratio, rows[2].Target)
+	}
+	f32[1].Cold = nil
+	if rows := coldRows(s, f32, bf16); rows != nil {
+		t.Errorf("a run without a first pass: %d rows, want none", len(rows))
+	}
+	if got := colds(f32); len(got) != 2 || got[0].JobsPerS != 30 || got[1].JobsPerS != 28 {
+		t.Errorf("colds = %+v, want the two first passes", got)
+	}
+}

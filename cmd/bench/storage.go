@@ -26,6 +26,10 @@ type shape struct {
 	// DType is the dtype of every tensor the end-to-end runs stage and
 	// the worker writes back ("" is F32).
 	DType compute.DType
+	// Warm asks bin/worker runs for a second pass: after the first Jobs
+	// jobs (a fresh worker, timed as Cold), settle, then Jobs more jobs
+	// timed in the same process, whose buffers are pooled already.
+	Warm bool
 }
 
 // dtype is s.DType, F32 when unset.

@@ -91,3 +91,27 @@ func openLogged(n string, open opener, poolBytes int64, log *slog.Logger) (compu
 	<-stopped
 	return be, err
 }
+
+// reserver is a backend that can pin host memory for its buffer pool up
+// front (the cuda backend's Reserve).
+type reserver interface {
+	Reserve(n int64) (time.Duration, error)
+}
+
+// reservePinned reserves n bytes of pinned host memory for be's buffer
+// pool when be can (pin_reserve_bytes): a fresh worker's first jobs then
+// take buffers from it instead of pinning their own one by one. A reserve
+// that fails is logged and the worker goes on pinning as buffers are
+// needed, as with no reserve.
+func reservePinned(be compute.Backend, n int64, log *slog.Logger) {
+	r, ok := be.(reserver)
+	if !ok || n <= 0 {
+		return
+	}
+	took, err := r.Reserve(n)
+	if err != nil {
+		log.Warn("pin_reserve_bytes: reserving pinned host memory failed; buffers are pinned as they are needed", "bytes", n, "err", err)
+		return
+	}
+	log.Info("pinned host memory reserved for the buffer pool", "bytes", n, "took", took.Round(time.Millisecond))
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"runtime"
@@ -29,26 +30,29 @@ import (
 // Secrets are never read from the file, only from the environment or from
 // files the config names, and never printed.
 type Config struct {
-	Worker         string         `yaml:"worker"`      // name in results and logs; default the hostname
-	Backend        string         `yaml:"backend"`     // auto|cpu|metal|cuda
-	Concurrency    int            `yaml:"concurrency"` // asynq handler goroutines
-	Procs          int            `yaml:"procs"`       // GOMAXPROCS; 0 = Go's default (the CPUs the process may use)
-	Queues         map[string]int `yaml:"queues"`      // queue -> priority weight
-	Shards         int            `yaml:"shards"`      // asynq queues per logical queue; 0 = as recorded in Redis
-	Fetchers       int            `yaml:"fetchers"`    // asynq servers (fetch loops) per shard; 0 = 8 in all (jobs.AutoFetchLoops)
-	StrictPrio     bool           `yaml:"strict_priority"`
-	Shutdown       time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
-	RetryBase      time.Duration  `yaml:"retry_base"`
-	RetryMax       time.Duration  `yaml:"retry_max"`
-	HTTPAddr       string         `yaml:"http_addr"` // /metrics, /healthz, /readyz; "" disables
-	LogLevel       string         `yaml:"log_level"` // debug|info|warn|error
-	BudgetBytes    int64          `yaml:"budget_bytes"`
-	Limits         LimitsConfig   `yaml:"limits"`
-	Batch          BatchCfg       `yaml:"batch"`
-	Redis          RedisConfig    `yaml:"redis"`
-	Storage        StorageConfig  `yaml:"storage"`
-	SigningKeyFile string         `yaml:"signing_key_file"`
-	Dev            DevConfig      `yaml:"dev"`
+	Worker      string         `yaml:"worker"`      // name in results and logs; default the hostname
+	Backend     string         `yaml:"backend"`     // auto|cpu|metal|cuda
+	Concurrency int            `yaml:"concurrency"` // asynq handler goroutines
+	Procs       int            `yaml:"procs"`       // GOMAXPROCS; 0 = Go's default (the CPUs the process may use)
+	Queues      map[string]int `yaml:"queues"`      // queue -> priority weight
+	Shards      int            `yaml:"shards"`      // asynq queues per logical queue; 0 = as recorded in Redis
+	Fetchers    int            `yaml:"fetchers"`    // asynq servers (fetch loops) per shard; 0 = 8 in all (jobs.AutoFetchLoops)
+	StrictPrio  bool           `yaml:"strict_priority"`
+	Shutdown    time.Duration  `yaml:"shutdown_timeout"` // SIGTERM: how long in-flight jobs may take
+	RetryBase   time.Duration  `yaml:"retry_base"`
+	RetryMax    time.Duration  `yaml:"retry_max"`
+	HTTPAddr    string         `yaml:"http_addr"` // /metrics, /healthz, /readyz; "" disables
+	LogLevel    string         `yaml:"log_level"` // debug|info|warn|error
+	BudgetBytes int64          `yaml:"budget_bytes"`
+	// PinReserveBytes is the pinned host memory a GPU backend (cuda)
+	// reserves at start for its buffer pool: -1 is budget_bytes, 0 none.
+	PinReserveBytes int64         `yaml:"pin_reserve_bytes"`
+	Limits          LimitsConfig  `yaml:"limits"`
+	Batch           BatchCfg      `yaml:"batch"`
+	Redis           RedisConfig   `yaml:"redis"`
+	Storage         StorageConfig `yaml:"storage"`
+	SigningKeyFile  string        `yaml:"signing_key_file"`
+	Dev             DevConfig     `yaml:"dev"`
 
 	// OutageHold is the longest a job waits at the readiness gate
 	// (jobs.Gate) before going back to the queue.
@@ -168,10 +172,10 @@ func defaultConfig() Config {
 		Queues:   map[string]int{"rmsnorm": 1},
 		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute, OutageHold: 30 * time.Second,
 		HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
-		BudgetBytes: 2 << 30,
-		Limits:      LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20, HeaderBudgetBytes: 64 << 20},
-		Batch:       BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
-		Redis:       RedisConfig{Addr: "127.0.0.1:6379"},
+		BudgetBytes: 2 << 30, PinReserveBytes: -1,
+		Limits: LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20, HeaderBudgetBytes: 64 << 20},
+		Batch:  BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
+		Redis:  RedisConfig{Addr: "127.0.0.1:6379"},
 		Storage: StorageConfig{S3: S3Config{Region: "us-east-1", TLS: true,
 			MultipartThreshold: s3.DefaultMultipartThreshold, PartSize: s3.DefaultPartSize,
 			StaleUploadAge: 6 * time.Hour, Backoff: defaultBackoff}},
@@ -297,7 +301,7 @@ var envVars = []struct{ env, key string }{
 	{"RMSGRAD_WORKER", "worker"}, {"RMSGRAD_BACKEND", "backend"}, {"RMSGRAD_CONCURRENCY", "concurrency"},
 	{"RMSGRAD_PROCS", "procs"},
 	{"RMSGRAD_SHUTDOWN_TIMEOUT", "shutdown_timeout"}, {"RMSGRAD_HTTP_ADDR", "http_addr"}, {"RMSGRAD_LOG_LEVEL", "log_level"},
-	{"RMSGRAD_BUDGET_BYTES", "budget_bytes"}, {"RMSGRAD_REDIS_ADDR", "redis.addr"}, {"RMSGRAD_REDIS_URL", "redis.url"},
+	{"RMSGRAD_BUDGET_BYTES", "budget_bytes"}, {"RMSGRAD_PIN_RESERVE_BYTES", "pin_reserve_bytes"}, {"RMSGRAD_REDIS_ADDR", "redis.addr"}, {"RMSGRAD_REDIS_URL", "redis.url"},
 	{"RMSGRAD_REDIS_DB", "redis.db"}, {"RMSGRAD_REDIS_USERNAME", "redis.username"}, {"RMSGRAD_FILE_ROOT", "storage.file_root"},
 	{"RMSGRAD_S3_ENDPOINT", "storage.s3.endpoint"}, {"RMSGRAD_S3_REGION", "storage.s3.region"},
 	{"RMSGRAD_BATCH_MAX_JOBS", "batch.max_jobs"}, {"RMSGRAD_BATCH_MAX_WAIT", "batch.max_wait"},
@@ -330,6 +334,8 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 			cfg.LogLevel = v
 		case "budget_bytes":
 			cfg.BudgetBytes, err = strconv.ParseInt(v, 10, 64)
+		case "pin_reserve_bytes":
+			cfg.PinReserveBytes, err = strconv.ParseInt(v, 10, 64)
 		case "redis.addr":
 			cfg.Redis.Addr = v
 		case "redis.url":
@@ -446,6 +452,9 @@ func (c *Config) validate() error {
 	if c.BudgetBytes <= 0 {
 		return bad("budget_bytes", "must be > 0, got %d", c.BudgetBytes)
 	}
+	if c.PinReserveBytes < -1 {
+		return bad("pin_reserve_bytes", "must be -1 (budget_bytes), 0 (none) or a byte count, got %d", c.PinReserveBytes)
+	}
 	if c.Limits.MaxElements <= 0 || c.Limits.MaxElements > 1<<31-1 {
 		return bad("limits.max_elements", "must be in 1..%d, got %d", 1<<31-1, c.Limits.MaxElements)
 	}
@@ -555,4 +564,25 @@ func printConfig(w io.Writer, c Config) error {
 		fmt.Fprintf(w, "#   %s: %s\n", name, src)
 	}
 	return nil
+}
+
+// pinReserve is the pinned host memory to reserve at start:
+// pin_reserve_bytes, or budget_bytes for -1.
+func (c *Config) pinReserve() int64 {
+	if c.PinReserveBytes < 0 {
+		return c.BudgetBytes
+	}
+	return c.PinReserveBytes
+}
+
+// warnBudget logs a warning when budget_bytes is below
+// limits.max_job_bytes: jobs between the two pass the limit but can never
+// get their buffers, so they fail as permanent errors (naming
+// budget_bytes). Not an error: a worker may be sized for small jobs on
+// purpose.
+func warnBudget(c Config, log *slog.Logger) {
+	if c.Limits.MaxJobBytes > c.BudgetBytes {
+		log.Warn("budget_bytes is below limits.max_job_bytes: jobs larger than the budget fail as permanent errors although within the limit",
+			"budget_bytes", c.BudgetBytes, "max_job_bytes", c.Limits.MaxJobBytes)
+	}
 }

@@ -111,6 +111,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 		return err
 	}
 	defer be.Close()
+	reservePinned(be, cfg.pinReserve(), log)
+	warnBudget(cfg, log)
 	if cfg.Procs == 0 && getenv("GOMAXPROCS") == "" && be.Name() == "cuda" {
 		// A GPU host: fewer Ps than cores (gpuHostProcs).
 		runtime.GOMAXPROCS(gpuHostProcs(runtime.GOMAXPROCS(0)))
