@@ -113,5 +113,5 @@ func reservePinned(be compute.Backend, n int64, log *slog.Logger) {
 		log.Warn("pin_reserve_bytes: reserving pinned host memory failed; buffers are pinned as they are needed", "bytes", n, "err", err)
 		return
 	}
-	log.Info("pinned host memory reserved for the buffer pool", "bytes", n, "took", took.Round(time.Millisecond))
+	log.Info("pinned host memory reserved for the buffer pool", "bytes", n, "took", took.Round(time.Millisecond).String())
 }

@@ -198,6 +198,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	if err := srv.Start(ctx, mux); err != nil {
 		return fmt.Errorf("asynq server: %w", err)
 	}
+	// From here /readyz answers from the probes alone (before, it said
+	// "starting"), so a 200 means jobs are being served.
+	probes.markServing()
 	log.Info("worker started", "backend", be.Name(), "device", be.DeviceName(), "queues", cfg.Queues, "asynq_queues", srv.Queues(),
 		"concurrency", cfg.Concurrency, "gomaxprocs", runtime.GOMAXPROCS(0), "batch", cfg.Batch, "budget_bytes", cfg.BudgetBytes, "go_memory_limit", memLimit)
 	if cfg.Dev.Enabled {

@@ -49,6 +49,21 @@ type prober struct {
 
 	mu    sync.Mutex
 	state map[string]depState
+	// serving is set once the worker serves jobs (markServing): until
+	// then readiness says the worker is starting, whatever the probes
+	// found, so that 200 from /readyz means jobs are being taken.
+	serving bool
+}
+
+// markServing records that the worker serves jobs now, and sets the gate
+// from the last probes at once instead of at the next round.
+func (p *prober) markServing() {
+	p.mu.Lock()
+	p.serving = true
+	p.mu.Unlock()
+	if p.gate != nil {
+		p.gate.Set(p.ready())
+	}
 }
 
 func newProber(reg prometheus.Registerer, log *slog.Logger, deps ...depCheck) *prober {
@@ -125,12 +140,16 @@ func (p *prober) record(name string, err error) {
 	}
 }
 
-// ready returns nil when every dependency answered its last probe, else an
-// error naming each one down, why, and for how long.
+// ready returns nil when the worker serves jobs and every dependency
+// answered its last probe, else an error saying it is starting and naming
+// each dependency down, why, and for how long.
 func (p *prober) ready() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var msgs []string
+	if !p.serving {
+		msgs = append(msgs, "starting: not serving jobs yet")
+	}
 	for _, d := range p.deps {
 		st, ok := p.state[d.name]
 		switch {

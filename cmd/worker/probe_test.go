@@ -25,11 +25,16 @@ func TestProber(t *testing.T) {
 			}
 			return nil
 		}})
-	if err := p.ready(); err == nil || !strings.Contains(err.Error(), "not probed yet") {
-		t.Fatalf("before the first probe: %v, want not ready", err)
+	if err := p.ready(); err == nil || !strings.Contains(err.Error(), "not probed yet") || !strings.Contains(err.Error(), "starting") {
+		t.Fatalf("before the first probe: %v, want not ready, starting", err)
 	}
 	ctx := context.Background()
 	p.probe(ctx)
+	// Every dependency up, but the worker does not serve jobs yet.
+	if err := p.ready(); err == nil || err.Error() != "starting: not serving jobs yet" {
+		t.Fatalf("all up, not serving yet: %v, want only starting", err)
+	}
+	p.markServing()
 	if err := p.ready(); err != nil {
 		t.Fatalf("all up: %v", err)
 	}
