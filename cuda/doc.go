@@ -9,7 +9,9 @@
 // a device allocation (cuMemAlloc; never managed memory), both pooled by size
 // so a steady-state worker allocates nothing
 // (TestSteadyStateAllocatesNothing); Alloc and Release of pooled buffers make
-// no driver call and do not wait for a running command buffer. A command
+// no driver call and do not wait for a running command buffer. With Reserve,
+// the pinned part of new buffers is carved from one region pinned up front,
+// until it is used up (TestReserve). A command
 // buffer runs on one stream: the job table (one copy), then per phase (ops
 // between barriers; stream order is the barrier) one launch per rows kernel
 // and block size over its jobs and one launch of the dw reduction, and one
