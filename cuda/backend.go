@@ -79,9 +79,16 @@ type Backend struct {
 	pool   map[int][]*mem
 	allocs atomic.Int64 // cuMemAlloc calls, for the steady-state test
 	closed bool
-	// growing counts Alloc's new allocations made outside poolMu (pinning
-	// tens of MiB takes milliseconds, and a worker warming up makes many
-	// at once); Close waits on grown until none is left. allocLocked
+	// limit (PoolLimit; 0: none) bounds live+pooled, the bytes of the
+	// buffers handed out and of those kept in the pool (size classes).
+	// Arena pieces count but are never freed alone (the arena is freed
+	// whole at Close), so the arena is held while the pool is over the
+	// limit.
+	limit, live, pooledBytes int64
+	// growing counts Alloc's new allocations, and the frees of buffers the
+	// limit does not keep, made outside poolMu (pinning tens of MiB takes
+	// milliseconds, and a worker warming up makes many at once); Close
+	// waits on grown until none is left. allocLocked
 	// (RMSGRAD_CUDA_ALLOC_LOCKED=1, a benchmark variant) allocates under
 	// poolMu instead, one allocation at a time.
 	growing     int
@@ -215,9 +222,35 @@ const defaultMapMax = 1 << 20
 // Open loads the driver and NVRTC, picks device 0, compiles the kernels for
 // its architecture and returns the backend. Without a driver, a device or
 // NVRTC it returns an error wrapping compute.ErrUnsupported saying which.
-func Open() (compute.Backend, error) { return open() }
+// Options (PoolLimit) configure the buffer pool.
+func Open(opts ...Option) (compute.Backend, error) { return open(opts...) }
 
-func open() (*Backend, error) {
+// Option configures Open.
+type Option func(*Backend)
+
+// PoolLimit bounds the backend's buffers, in use and kept for reuse
+// together, to n bytes (pinned host memory, with device memory of the same
+// size): a released buffer that would take the total over it is freed
+// instead of pooled, and pooled buffers of other size classes are freed
+// before a new buffer would take the total over it. A worker passes its
+// memory budget with slack (cmd/worker), so buffers of shapes it no longer
+// sees do not stay pinned. Pieces of the Reserve arena count towards n but
+// stay pooled (the arena is freed whole at Close). 0 (the default) keeps
+// every released buffer until Close. Buffers in use are never taken back:
+// a new buffer is allocated even when nothing pooled is left to free.
+func PoolLimit(n int64) Option { return func(b *Backend) { b.limit = max(n, 0) } }
+
+// newBackend is a Backend on driver d, before Open's device set-up.
+func newBackend(d *driverAPI, opts ...Option) *Backend {
+	b := &Backend{d: d, pool: make(map[int][]*mem), args: new(launchArgs)}
+	b.grown.L = &b.poolMu
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+func open(opts ...Option) (*Backend, error) {
 	d, err := loadDriver()
 	if err != nil {
 		return nil, err
@@ -235,8 +268,7 @@ func open() (*Backend, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("cuda: the driver sees no GPU: %w", compute.ErrUnsupported)
 	}
-	b := &Backend{d: d, pool: make(map[int][]*mem), args: new(launchArgs)}
-	b.grown.L = &b.poolMu
+	b := newBackend(d, opts...)
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, 0)); err != nil {
 		return nil, err
 	}
@@ -698,8 +730,72 @@ func (b *Backend) pooled(c int) *mem {
 		return nil
 	}
 	m := l[len(l)-1]
+	l[len(l)-1] = nil
 	b.pool[c] = l[:len(l)-1]
+	b.pooledBytes -= int64(m.size)
 	return m
+}
+
+// evictLocked takes pooled allocations out of the pool, largest size
+// classes first and arena pieces never, until c more bytes fit under the
+// limit or nothing more can go; the caller frees them (freeOutside).
+// b.poolMu must be held.
+func (b *Backend) evictLocked(c int64) []*mem {
+	if b.limit <= 0 || b.live+b.pooledBytes+c <= b.limit {
+		return nil
+	}
+	classes := make([]int, 0, len(b.pool))
+	for k, l := range b.pool {
+		if len(l) > 0 {
+			classes = append(classes, k)
+		}
+	}
+	slices.Sort(classes)
+	var out []*mem
+	for i := len(classes) - 1; i >= 0 && b.live+b.pooledBytes+c > b.limit; i-- {
+		k := classes[i]
+		l, kept := b.pool[k], b.pool[k][:0]
+		for _, m := range l {
+			if !m.arena && b.live+b.pooledBytes+c > b.limit {
+				out = append(out, m)
+				b.pooledBytes -= int64(m.size)
+				continue
+			}
+			kept = append(kept, m)
+		}
+		clear(l[len(kept):])
+		b.pool[k] = kept
+	}
+	return out
+}
+
+// freeOutside frees ms with the context bound, outside poolMu, which must
+// be held on entry and is held again on return; Close waits for it
+// (growing).
+func (b *Backend) freeOutside(ms []*mem) {
+	if len(ms) == 0 {
+		return
+	}
+	b.growing++
+	b.poolMu.Unlock()
+	if unlock, err := b.bindCtx(); err == nil {
+		for _, m := range ms {
+			b.freeMem(m)
+		}
+		unlock()
+	}
+	b.poolMu.Lock()
+	if b.growing--; b.growing == 0 {
+		b.grown.Broadcast()
+	}
+}
+
+// PoolStats reports the buffer pool: bytes in buffers handed out and not
+// released, bytes kept for reuse, and the limit (0: none).
+func (b *Backend) PoolStats() (live, pooled, limit int64) {
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
+	return b.live, b.pooledBytes, b.limit
 }
 
 // newMem allocates c bytes of device memory, and of pinned host memory
@@ -766,9 +862,15 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 		return nil, fmt.Errorf("cuda: Alloc after Close: %w", compute.ErrDevice)
 	}
 	if m := b.pooled(c); m != nil {
+		b.live += int64(m.size)
 		b.poolMu.Unlock()
 		return buf(m), nil
 	}
+	// A new allocation: first make room under the limit by freeing pooled
+	// buffers of other size classes. The new bytes count as live from
+	// here, so that Allocs side by side make room for each other.
+	evict := b.evictLocked(int64(c))
+	b.live += int64(c)
 	if b.allocLocked {
 		defer b.poolMu.Unlock()
 	} else {
@@ -782,16 +884,30 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 			b.poolMu.Unlock()
 		}()
 	}
+	m, err := b.allocBound(c, evict)
+	if err != nil {
+		if !b.allocLocked {
+			b.poolMu.Lock()
+			defer b.poolMu.Unlock()
+		}
+		b.live -= int64(c)
+		return nil, err
+	}
+	return buf(m), nil
+}
+
+// allocBound frees evict and allocates c bytes (newMem) with the context
+// bound.
+func (b *Backend) allocBound(c int, evict []*mem) (*mem, error) {
 	unlock, err := b.bindCtx()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	m, err := b.newMem(c, true)
-	if err != nil {
-		return nil, err
+	for _, m := range evict {
+		b.freeMem(m)
 	}
-	return buf(m), nil
+	return b.newMem(c, true)
 }
 
 // Close releases the device. Buffers must be released first; pooled memory
@@ -885,7 +1001,8 @@ func (x *buffer) Float32s() []float32 {
 	return unsafe.Slice((*float32)(x.m.host), x.n)
 }
 
-// Release returns the memory to the backend's pool (freed at Close).
+// Release returns the memory to the backend's pool (freed at Close), or
+// frees it when keeping it would take the pool over its limit (PoolLimit).
 func (x *buffer) Release() {
 	b := x.b
 	b.poolMu.Lock()
@@ -897,5 +1014,13 @@ func (x *buffer) Release() {
 	if b.closed {
 		return // Close freed the pool; memory out of it was lost with the context.
 	}
-	b.pool[x.m.size] = append(b.pool[x.m.size], x.m)
+	m := x.m
+	c := int64(m.size)
+	b.live -= c
+	if b.limit > 0 && !m.arena && b.live+b.pooledBytes+c > b.limit {
+		b.freeOutside([]*mem{m})
+		return
+	}
+	b.pool[m.size] = append(b.pool[m.size], m)
+	b.pooledBytes += c
 }

@@ -11,7 +11,8 @@
 // (TestSteadyStateAllocatesNothing); Alloc and Release of pooled buffers make
 // no driver call and do not wait for a running command buffer. With Reserve,
 // the pinned part of new buffers is carved from one region pinned up front,
-// until it is used up (TestReserve). A command
+// until it is used up (TestReserve). PoolLimit bounds the pool as the
+// other backends' (TestPoolLimit, on a fake driver). A command
 // buffer runs on one stream: the job table (one copy), then per phase (ops
 // between barriers; stream order is the barrier) one launch per rows kernel
 // and block size over its jobs and one launch of the dw reduction, and one

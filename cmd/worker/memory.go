@@ -10,7 +10,7 @@ const memHeadroom = 64 << 20
 // poolBytes is the bound of the compute backend's buffer pool (in use and
 // pooled together) for a memory budget: 1.25 x the budget, the slack
 // covering size-class and page rounding, so buffers of shapes the worker
-// no longer sees do not stay resident (the CPU and Metal backends).
+// no longer sees do not stay resident (pinned, on the CUDA backend).
 func poolBytes(budget int64) int64 { return budget + budget/4 }
 
 // boundMemory ties the Go heap to budget_bytes: unless GOMEMLIMIT is set,

@@ -1,0 +1,271 @@
+package cuda
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+)
+
+// fakeMem is a driver that hands out host memory from Go and device
+// pointers from a counter, and fails a test on a free of memory it did not
+// hand out (a double free): the pool's bookkeeping runs on any machine.
+type fakeMem struct {
+	t    *testing.T
+	mu   sync.Mutex
+	host map[unsafe.Pointer][]byte
+	dev  map[uint64]int
+	next uint64
+	// hostAllocs and hostFrees count cuMemHostAlloc and cuMemFreeHost;
+	// failDev fails every cuMemAlloc (out of device memory).
+	hostAllocs, hostFrees int
+	failDev               bool
+}
+
+func newFakeBackend(t *testing.T, opts ...Option) (*Backend, *fakeMem) {
+	f := &fakeMem{t: t, host: map[unsafe.Pointer][]byte{}, dev: map[uint64]int{}, next: 1 << 20}
+	d := &driverAPI{
+		cuCtxSetCurrent: func(uintptr) cuResult { return 0 },
+		cuMemAlloc: func(p *uint64, n uintptr) cuResult {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.failDev {
+				return 2 // CUDA_ERROR_OUT_OF_MEMORY
+			}
+			*p = f.next
+			f.dev[f.next] = int(n)
+			f.next += uint64(n+255) &^ 255
+			return 0
+		},
+		cuMemFree: func(p uint64) cuResult {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if _, ok := f.dev[p]; !ok {
+				f.t.Errorf("cuMemFree(%#x): not allocated (double free?)", p)
+				return 1
+			}
+			delete(f.dev, p)
+			return 0
+		},
+		cuMemHostAlloc: func(p *unsafe.Pointer, n uintptr, _ uint32) cuResult {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			b := make([]byte, n)
+			*p = unsafe.Pointer(&b[0])
+			f.host[*p] = b
+			f.hostAllocs++
+			return 0
+		},
+		cuMemFreeHost: func(p unsafe.Pointer) cuResult {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if _, ok := f.host[p]; !ok {
+				f.t.Errorf("cuMemFreeHost(%p): not allocated (double free?)", p)
+				return 1
+			}
+			delete(f.host, p)
+			f.hostFrees++
+			return 0
+		},
+		cuMemHostGetDevicePtr: func(d *uint64, p unsafe.Pointer, _ uint32) cuResult {
+			*d = uint64(uintptr(p))
+			return 0
+		},
+	}
+	return newBackend(d, opts...), f
+}
+
+// held is how much host and device memory the fake driver has out.
+func (f *fakeMem) held() (host, dev int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.host {
+		host += len(b)
+	}
+	for _, n := range f.dev {
+		dev += n
+	}
+	return host, dev
+}
+
+// With PoolLimit, buffers in use and pooled together stay within the limit
+// while pooled buffers of other sizes can be freed: a worker whose jobs
+// change shape does not keep the old shape's buffers pinned. Without it,
+// every released buffer stays until Close. Close frees everything.
+func TestPoolLimit(t *testing.T) {
+	const a = 1 << 20 // a size class (sizeClass(a) == a)
+	const b = 3 << 19 // another, 1.5 MiB
+	alloc := func(t *testing.T, be *Backend, n, count int) []compute.Buffer {
+		var bufs []compute.Buffer
+		for range count {
+			x, err := be.Alloc(compute.BF16, n/2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bufs = append(bufs, x)
+		}
+		return bufs
+	}
+	release := func(bufs []compute.Buffer) {
+		for _, x := range bufs {
+			x.Release()
+		}
+	}
+	check := func(t *testing.T, be *Backend, wantLive, wantPooled int64) {
+		t.Helper()
+		live, pooled, _ := be.PoolStats()
+		if live != wantLive || pooled != wantPooled {
+			t.Fatalf("pool: %d live, %d pooled; want %d, %d", live, pooled, wantLive, wantPooled)
+		}
+	}
+
+	t.Run("unbounded", func(t *testing.T) {
+		be, f := newFakeBackend(t)
+		release(alloc(t, be, a, 4))
+		release(alloc(t, be, b, 4))
+		check(t, be, 0, 4*a+4*b)
+		if f.hostFrees != 0 {
+			t.Fatalf("%d buffers freed with no limit", f.hostFrees)
+		}
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if h, d := f.held(); h != 0 || d != 0 {
+			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
+		}
+	})
+
+	t.Run("shape change", func(t *testing.T) {
+		be, f := newFakeBackend(t, PoolLimit(4*a))
+		release(alloc(t, be, a, 4))
+		check(t, be, 0, 4*a)
+		// Two buffers of b need 3 MiB: three of the four pooled a buffers
+		// are freed to make room (one a and two b: 4 MiB).
+		bs := alloc(t, be, b, 2)
+		check(t, be, 2*b, a)
+		if f.hostFrees != 3 {
+			t.Fatalf("%d buffers freed to make room, want 3", f.hostFrees)
+		}
+		release(bs)
+		check(t, be, 0, a+2*b)
+		if h, d := f.held(); h > 4*a || d > 4*a {
+			t.Fatalf("%d host and %d device bytes held, over the limit of %d", h, d, 4*a)
+		}
+		// The pooled buffers are reused with no new allocation.
+		n := f.hostAllocs
+		release(alloc(t, be, b, 2))
+		release(alloc(t, be, a, 1))
+		if f.hostAllocs != n {
+			t.Fatalf("%d new pinned allocations for buffers in the pool", f.hostAllocs-n)
+		}
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if h, d := f.held(); h != 0 || d != 0 {
+			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
+		}
+	})
+
+	t.Run("over the limit in use", func(t *testing.T) {
+		// Buffers in use are never taken back: the third is allocated past
+		// the limit, and released buffers are freed until the pool is back
+		// under it.
+		be, f := newFakeBackend(t, PoolLimit(2*a))
+		bufs := alloc(t, be, a, 3)
+		check(t, be, 3*a, 0)
+		release(bufs[:1])
+		check(t, be, 2*a, 0)
+		if f.hostFrees != 1 {
+			t.Fatalf("%d buffers freed at release over the limit, want 1", f.hostFrees)
+		}
+		release(bufs[1:])
+		check(t, be, 0, 2*a)
+		release(bufs) // a second Release does nothing
+		check(t, be, 0, 2*a)
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("arena pieces stay", func(t *testing.T) {
+		// The arena is freed whole: its pieces stay pooled over the limit,
+		// and only the rest is freed.
+		be, f := newFakeBackend(t, PoolLimit(2*a))
+		if _, err := be.Reserve(2 * a); err != nil {
+			t.Fatal(err)
+		}
+		bufs := alloc(t, be, a, 3) // two from the arena, one pinned alone
+		if f.hostAllocs != 2 {
+			t.Fatalf("%d pinned allocations, want the arena and one buffer", f.hostAllocs)
+		}
+		release(bufs)
+		check(t, be, 0, 2*a)
+		if f.hostFrees != 1 {
+			t.Fatalf("%d buffers freed, want the one outside the arena", f.hostFrees)
+		}
+		bs := alloc(t, be, b, 1) // nothing to evict: over the limit, allocated anyway
+		check(t, be, b, 2*a)
+		release(bs)
+		check(t, be, 0, 2*a)
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if h, d := f.held(); h != 0 || d != 0 {
+			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
+		}
+	})
+
+	t.Run("failed allocation", func(t *testing.T) {
+		be, f := newFakeBackend(t, PoolLimit(4*a))
+		f.failDev = true
+		if _, err := be.Alloc(compute.BF16, a/2); !errors.Is(err, compute.ErrDevice) {
+			t.Fatalf("Alloc with the device out of memory: %v, want ErrDevice", err)
+		}
+		check(t, be, 0, 0)
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("concurrent", func(t *testing.T) {
+		// Handlers allocating and releasing side by side (go test -race):
+		// no double free, and once all is released the pool is within the
+		// limit and nothing is live.
+		const limit = 8 * a
+		be, f := newFakeBackend(t, PoolLimit(limit))
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					n := a
+					if (g+i)%3 == 0 {
+						n = b
+					}
+					x, err := be.Alloc(compute.BF16, n/2)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					x.Bytes()[0] = byte(i)
+					x.Release()
+				}
+			})
+		}
+		wg.Wait()
+		live, pooled, _ := be.PoolStats()
+		if live != 0 || pooled > limit {
+			t.Fatalf("pool after the handlers: %d live, %d pooled (limit %d)", live, pooled, limit)
+		}
+		if h, _ := f.held(); h != int(pooled) {
+			t.Fatalf("%d host bytes allocated, %d pooled", h, pooled)
+		}
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if h, d := f.held(); h != 0 || d != 0 {
+			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
+		}
+	})
+}
