@@ -566,8 +566,38 @@ func (b *Backend) compileOpts(p int) []string {
 		opts = append(opts, fmt.Sprintf("-DRMS_C9_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C9_SLOTS_R=%d", b.halfSlotsR))
 	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
-	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run.
-	return append(opts, strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))...)
+	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run. An
+	// option naming one fused class's macro (-DRMS_C<k>_...) goes only to
+	// the programs that hold class k, so that a variant recompiles those
+	// and the others keep their cached cubins (the general kernel alone
+	// takes NVRTC tens of seconds).
+	for _, o := range strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")) {
+		if k, ok := optClass(o); ok && p >= 0 && !partHoldsClass(p, k) {
+			continue
+		}
+		opts = append(opts, o)
+	}
+	return opts
+}
+
+// optClass returns k for an option -DRMS_C<k>_... (a fused class's macro).
+func optClass(o string) (int, bool) {
+	rest, ok := strings.CutPrefix(o, "-DRMS_C")
+	if !ok || len(rest) < 2 || rest[0] < '0' || rest[0] > '9' || rest[1] != '_' {
+		return 0, false
+	}
+	return int(rest[0] - '0'), true
+}
+
+// partHoldsClass reports whether NVRTC program p holds a kernel of fused
+// class k (its BF16/F32 kernel or, for a half class, its F16 kernel).
+func partHoldsClass(p, k int) bool {
+	return slices.ContainsFunc(kernelParts()[p], func(n string) bool {
+		if k < len(shaders.CUDARowsFusedKernels) && n == shaders.CUDARowsFusedKernels[k] {
+			return true
+		}
+		return k >= firstHalfClass && k-firstHalfClass < len(shaders.CUDARowsFusedF16Kernels) && n == shaders.CUDARowsFusedF16Kernels[k-firstHalfClass]
+	})
 }
 
 // halfSlotsClass is the fused class that RMSGRAD_CUDA_HALF_SLOTS compiles

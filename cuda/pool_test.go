@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"unsafe"
@@ -268,4 +269,35 @@ func TestPoolLimit(t *testing.T) {
 			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
 		}
 	})
+}
+
+// A class's macro in RMSGRAD_CUDA_NVRTC_OPTS reaches only the programs
+// holding that class, so a variant recompiles them alone; any other option
+// reaches every program.
+func TestCompileOptsPerClass(t *testing.T) {
+	t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "-DRMS_C1_S=2 -DRMS_C8_MINB=2 -DRMS_VOLATILE_LOADS")
+	b := &Backend{arch: "sm_90"}
+	has := func(opts []string, o string) bool { return slices.Contains(opts, o) }
+	seen := map[string]int{}
+	for p := range kernelParts() {
+		opts := b.compileOpts(p)
+		if !has(opts, "-DRMS_VOLATILE_LOADS") {
+			t.Errorf("part %d: %v lacks the option of every part", p, opts)
+		}
+		if has(opts, "-DRMS_C1_S=2") != partHoldsClass(p, 1) || has(opts, "-DRMS_C8_MINB=2") != partHoldsClass(p, 8) {
+			t.Errorf("part %d (%v): options %v", p, kernelParts()[p], opts)
+		}
+		for _, o := range opts {
+			seen[o]++
+		}
+	}
+	// c1 is one program; c8 two (its BF16 and F16 kernels).
+	if seen["-DRMS_C1_S=2"] != 1 || seen["-DRMS_C8_MINB=2"] != 2 {
+		t.Errorf("class options reached %d and %d programs, want 1 and 2", seen["-DRMS_C1_S=2"], seen["-DRMS_C8_MINB=2"])
+	}
+	for _, o := range []string{"-DRMS_C_S=1", "-DRMS_CX_S=1", "-DRMS_C12", "-DRMS_PART=1"} {
+		if _, ok := optClass(o); ok {
+			t.Errorf("optClass(%q) took it for a class option", o)
+		}
+	}
 }
