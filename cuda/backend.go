@@ -41,6 +41,10 @@ type Backend struct {
 	// slots, halfSlotsR rows a barrier (RMSGRAD_CUDA_HALF_SLOTS; 0: rows in
 	// registers, the default).
 	halfSlots, halfSlotsR int
+	// maxPerSM caps the blocks per SM of the fused classes (default
+	// maxBlocksPerSM; RMSGRAD_CUDA_MAX_BLOCKS_PER_SM, a benchmark variant
+	// for classes of small blocks: RMSGRAD_CUDA_CLASS_GEOM).
+	maxPerSM int
 	// rgAlign rounds each job's rows per group up to a multiple of it when
 	// that adds at most 2% (groups); 0 or 1: off.
 	rgAlign int
@@ -291,10 +295,17 @@ func open(opts ...Option) (*Backend, error) {
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_BLOCKS_PER_SM")); err == nil && v > 0 {
 		b.perSM = v
 	}
+	b.maxPerSM = maxBlocksPerSM
+	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAX_BLOCKS_PER_SM")); err == nil && v > 0 {
+		b.maxPerSM = v
+	}
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_STAGES")); err == nil && v >= 0 {
 		b.maxStages = min(v, 4)
 	}
 	if b.halfSlots, b.halfSlotsR, err = halfSlotsEnv(); err != nil {
+		return nil, err
+	}
+	if err := applyClassGeom(); err != nil {
 		return nil, err
 	}
 	b.rgAlign = defaultRGAlign
@@ -564,6 +575,12 @@ func (b *Backend) compileOpts(p int) []string {
 		return n == shaders.CUDARowsFusedKernels[halfSlotsClass] || n == shaders.CUDARowsFusedF16Kernels[halfSlotsClass-firstHalfClass]
 	})) {
 		opts = append(opts, fmt.Sprintf("-DRMS_C9_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C9_SLOTS_R=%d", b.halfSlotsR))
+	}
+	// RMSGRAD_CUDA_CLASS_GEOM's classes, in the programs that hold them.
+	for c := range fusedClasses {
+		if o, ok := classGeom.opts[c]; ok && (p < 0 || partHoldsClass(p, c)) {
+			opts = append(opts, o...)
+		}
 	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run. An

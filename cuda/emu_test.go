@@ -171,3 +171,21 @@ func TestRunWatched(t *testing.T) {
 		t.Fatal("a failing process reported no error")
 	}
 }
+
+// TestClassGeomOnCPU runs TestKernelsOnCPU's cases with classes c0 and c7
+// (F32 dims up to 1024, half dims up to 2048) in blocks of 32 and 64
+// threads, as RMSGRAD_CUDA_CLASS_GEOM compiles them for a benchmark
+// variant: the fused kernels against the general kernel launched apart
+// with the same block size, bit for bit, and the double reference.
+func TestClassGeomOnCPU(t *testing.T) {
+	opts, err := parseClassGeom("0:8x32x8,7:4x64x6", append([]fusedClass(nil), fusedClasses[:]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildEmu(t, "testdata/kernel_emu.cpp", append(append([]string{kernelDef(t)}, opts[0]...), opts[7]...)...)
+	out, err := runWatched(emuStall, bin)
+	t.Logf("\n%s", out)
+	if err != nil {
+		t.Fatalf("kernels on the CPU with c0 and c7 in small blocks: %v", err)
+	}
+}

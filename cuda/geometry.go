@@ -1,6 +1,14 @@
 package cuda
 
-import "github.com/rmsgrad/rmsgrad/shaders"
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/shaders"
+)
 
 // fusedClass is one width class of the register path's fused kernels
 // (RMS_FUSED_F32 and RMS_FUSED_HALF in shaders/rms_norm_backward.cu): rows
@@ -42,6 +50,65 @@ func init() {
 			panic("cuda: the half classes are not fusedClasses[firstHalfClass:]")
 		}
 	}
+}
+
+// classGeom is RMSGRAD_CUDA_CLASS_GEOM, read once (applyClassGeom): a
+// benchmark variant of the fused classes' geometry, "c:KxTxM" items
+// separated by commas (class c with K chunks per thread, blocks of up to T
+// threads, launch bounds of at least M blocks per SM), K*T unchanged so
+// that the classes keep their dims. It rewrites fusedClasses and gives
+// each class's programs the matching -DRMS_Cc_K/_MAXT/_MINB options
+// (compileOpts). The block size changes the order of the sums, so the bits
+// of the dims of a changed class change with it (and stay the same from
+// run to run and batch to batch).
+var classGeom struct {
+	once sync.Once
+	opts map[int][]string
+	err  error
+}
+
+// applyClassGeom applies RMSGRAD_CUDA_CLASS_GEOM (once a process).
+func applyClassGeom() error {
+	classGeom.once.Do(func() {
+		classGeom.opts, classGeom.err = parseClassGeom(os.Getenv("RMSGRAD_CUDA_CLASS_GEOM"), fusedClasses[:])
+	})
+	return classGeom.err
+}
+
+// parseClassGeom applies v (RMSGRAD_CUDA_CLASS_GEOM's syntax) to classes
+// and returns the compile options of each class it changed.
+func parseClassGeom(v string, classes []fusedClass) (map[int][]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	bad := func(item, why string) error {
+		return fmt.Errorf("cuda: RMSGRAD_CUDA_CLASS_GEOM item %q: %s: %w", item, why, compute.ErrUnsupported)
+	}
+	opts := map[int][]string{}
+	for _, item := range strings.Split(v, ",") {
+		var c, k, t, m int
+		if n, err := fmt.Sscanf(item, "%d:%dx%dx%d", &c, &k, &t, &m); err != nil || n != 4 {
+			return nil, bad(item, "want c:KxTxM (class, chunks per thread, threads, blocks per SM)")
+		}
+		if c < 0 || c >= len(classes) {
+			return nil, bad(item, fmt.Sprintf("no class %d (0..%d)", c, len(classes)-1))
+		}
+		fc := classes[c]
+		switch {
+		case k < 1 || k > 8:
+			return nil, bad(item, "K must be 1..8 (RMS_KMAX)")
+		case t < 32 || t > 1024 || t%32 != 0:
+			return nil, bad(item, "T must be a multiple of 32 up to 1024")
+		case k*t != fc.maxNch:
+			return nil, bad(item, fmt.Sprintf("K*T must stay %d (class %d's widest row in chunks)", fc.maxNch, c))
+		case m < 1 || m > 32:
+			return nil, bad(item, "M must be 1..32")
+		}
+		fc.k, fc.maxThreads, fc.minBlocks = k, t, m
+		classes[c] = fc
+		opts[c] = []string{fmt.Sprintf("-DRMS_C%d_K=%d", c, k), fmt.Sprintf("-DRMS_C%d_MAXT=%d", c, t), fmt.Sprintf("-DRMS_C%d_MINB=%d", c, m)}
+	}
+	return opts, nil
 }
 
 // rowsCW is the chunk width of rows whose x has dtype code tx: 8 elements
@@ -103,6 +170,9 @@ func (b *Backend) blocksPerSM(class, threads int) int {
 	}
 	if n <= 0 {
 		n = estBlocksPerSM(class, threads)
+	}
+	if b.maxPerSM > 0 {
+		return min(n, b.maxPerSM)
 	}
 	return min(n, maxBlocksPerSM)
 }

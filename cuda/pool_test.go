@@ -301,3 +301,35 @@ func TestCompileOptsPerClass(t *testing.T) {
 		}
 	}
 }
+
+// RMSGRAD_CUDA_CLASS_GEOM's items change one class each and keep its dims.
+func TestParseClassGeom(t *testing.T) {
+	classes := append([]fusedClass(nil), fusedClasses[:]...)
+	opts, err := parseClassGeom("0:8x32x8,7:2x128x4", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := classes[0]; c.k != 8 || c.maxThreads != 32 || c.minBlocks != 8 || c.maxNch != fusedClasses[0].maxNch {
+		t.Errorf("class 0 after the variant: %+v", c)
+	}
+	if c := classes[7]; c.k != 2 || c.maxThreads != 128 || c.minBlocks != 4 {
+		t.Errorf("class 7 after the variant: %+v", c)
+	}
+	if classes[1] != fusedClasses[1] {
+		t.Errorf("class 1 changed: %+v", classes[1])
+	}
+	if want := []string{"-DRMS_C0_K=8", "-DRMS_C0_MAXT=32", "-DRMS_C0_MINB=8"}; !slices.Equal(opts[0], want) {
+		t.Errorf("class 0 options %v, want %v", opts[0], want)
+	}
+	if len(opts) != 2 {
+		t.Errorf("options for %d classes, want 2", len(opts))
+	}
+	for _, bad := range []string{"0:8x64x8", "0:9x32x8", "10:1x256x3", "0:8x33x8", "0:8x32x0", "0:8x32", "x"} {
+		if _, err := parseClassGeom(bad, append([]fusedClass(nil), fusedClasses[:]...)); !errors.Is(err, compute.ErrUnsupported) {
+			t.Errorf("parseClassGeom(%q): %v, want an error", bad, err)
+		}
+	}
+	if o, err := parseClassGeom("", classes); o != nil || err != nil {
+		t.Errorf("empty: %v, %v", o, err)
+	}
+}

@@ -92,8 +92,8 @@ if has variants; then
 		env "${kv[@]}" RMSGRAD_CUDA_SWEEP_DIMS=${VDIMS:-1152,2560,3584,5120,6144,7168} RMSGRAD_CUDA_SWEEP_DTYPES=${VDTYPES:-f32} \
 			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_SWEEP=/tmp/variant.json timeout 150 "${BIN:-bin}"/cuda.test -test.run '^TestBenchSweep$' -test.v 2>&1 |
 			grep -E 'of copy|FAIL|Error' | sed "s/^/[$v] /" >>"$logs/variants.log"
+		snap # a run cut short still brings the variants so far
 	done
-	snap
 fi
 
 if has harness && command -v nvcc >/dev/null; then

@@ -1296,6 +1296,97 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #ifndef RMS_C9_R
 #define RMS_C9_R 2
 #endif
+// Each class's chunks per thread (K), most threads a block (MAXT) and
+// fewest blocks per SM (MINB) may be overridden for benchmark variants
+// with K*MAXT unchanged (the host's RMSGRAD_CUDA_CLASS_GEOM passes them,
+// with its own table changed to match: cuda/geometry.go).
+#ifndef RMS_C0_K
+#define RMS_C0_K 1
+#endif
+#ifndef RMS_C0_MAXT
+#define RMS_C0_MAXT 256
+#endif
+#ifndef RMS_C0_MINB
+#define RMS_C0_MINB 3
+#endif
+#ifndef RMS_C1_K
+#define RMS_C1_K 2
+#endif
+#ifndef RMS_C1_MAXT
+#define RMS_C1_MAXT 256
+#endif
+#ifndef RMS_C1_MINB
+#define RMS_C1_MINB 3
+#endif
+#ifndef RMS_C2_K
+#define RMS_C2_K 3
+#endif
+#ifndef RMS_C2_MAXT
+#define RMS_C2_MAXT 256
+#endif
+#ifndef RMS_C2_MINB
+#define RMS_C2_MINB 2
+#endif
+#ifndef RMS_C3_K
+#define RMS_C3_K 4
+#endif
+#ifndef RMS_C3_MAXT
+#define RMS_C3_MAXT 256
+#endif
+#ifndef RMS_C3_MINB
+#define RMS_C3_MINB 2
+#endif
+#ifndef RMS_C4_K
+#define RMS_C4_K 4
+#endif
+#ifndef RMS_C4_MAXT
+#define RMS_C4_MAXT 320
+#endif
+#ifndef RMS_C4_MINB
+#define RMS_C4_MINB 2
+#endif
+#ifndef RMS_C5_K
+#define RMS_C5_K 4
+#endif
+#ifndef RMS_C5_MAXT
+#define RMS_C5_MAXT 384
+#endif
+#ifndef RMS_C5_MINB
+#define RMS_C5_MINB 1
+#endif
+#ifndef RMS_C6_K
+#define RMS_C6_K 4
+#endif
+#ifndef RMS_C6_MAXT
+#define RMS_C6_MAXT 512
+#endif
+#ifndef RMS_C6_MINB
+#define RMS_C6_MINB 1
+#endif
+#ifndef RMS_C7_K
+#define RMS_C7_K 1
+#endif
+#ifndef RMS_C7_MAXT
+#define RMS_C7_MAXT 256
+#endif
+#ifndef RMS_C7_MINB
+#define RMS_C7_MINB 3
+#endif
+#ifndef RMS_C8_K
+#define RMS_C8_K 2
+#endif
+#ifndef RMS_C8_MAXT
+#define RMS_C8_MAXT 256
+#endif
+#ifndef RMS_C9_K
+#define RMS_C9_K 4
+#endif
+#ifndef RMS_C9_MAXT
+#define RMS_C9_MAXT 256
+#endif
+#ifndef RMS_C9_MINB
+#define RMS_C9_MINB 2
+#endif
 #define RMS_FUSED_PROLOGUE                               \
 	__shared__ float red[2 * 2 * RMS_RMAX * 32];     \
 	const Job J = jobs[bmap[blockIdx.x]];            \
@@ -1320,41 +1411,41 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // K*MAXT, MAXT, MINB, WS).
 // c0: F32 dims up to 1024 (256 chunks), 1 chunk per thread.
 #if RMS_PART_IS(2)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, 1, RMS_C0_S, RMS_C0_R, false, 256, 3)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, RMS_C0_K, RMS_C0_S, RMS_C0_R, false, RMS_C0_MAXT, RMS_C0_MINB)
 #endif
 // c1: up to 2048, 2 chunks per thread.
 #if RMS_PART_IS(3)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c1, 2, RMS_C1_S, RMS_C1_R, false, 256, 3)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c1, RMS_C1_K, RMS_C1_S, RMS_C1_R, false, RMS_C1_MAXT, RMS_C1_MINB)
 #endif
 // c2: up to 3072, 3 chunks per thread.
 #if RMS_PART_IS(4)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, 3, RMS_C2_S, RMS_C2_R, false, 256, 2)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, RMS_C2_K, RMS_C2_S, RMS_C2_R, false, RMS_C2_MAXT, RMS_C2_MINB)
 #endif
 // c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
 #if RMS_PART_IS(5)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, 4, RMS_C3_S, RMS_C3_R, false, 256, 2)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, false, RMS_C3_MAXT, RMS_C3_MINB)
 #endif
 // c4: up to 5120, 4 chunks per thread, two blocks of up to 320 per SM, w
 // and the dw sums in shared memory.
 #if RMS_PART_IS(6)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, 4, RMS_C4_S, RMS_C4_R, true, 320, 2)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_R, true, RMS_C4_MAXT, RMS_C4_MINB)
 #endif
 // c5: up to 6144, 4 chunks per thread, one block of up to 384 per SM (the
 // registers of two rows and w: up to 168 a thread).
 #if RMS_PART_IS(7)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, 4, RMS_C5_S, RMS_C5_R, false, 384, 1)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, false, RMS_C5_MAXT, RMS_C5_MINB)
 #endif
 // c6: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
 #if RMS_PART_IS(8)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, 4, RMS_C6_S, RMS_C6_R, false, 512, 1)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, RMS_C6_K, RMS_C6_S, RMS_C6_R, false, RMS_C6_MAXT, RMS_C6_MINB)
 #endif
 // c7: BF16 and F16 dims up to 2048, 1 chunk of 8 per thread (parts 9 and
 // 12: the BF16 and the F16 kernel).
 #if RMS_PART_IS(9)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, 1, RMS_C7_S, RMS_C7_R, false, 256, 3)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, RMS_C7_K, RMS_C7_S, RMS_C7_R, false, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
 #if RMS_PART_IS(12)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, 1, RMS_C7_S, RMS_C7_R, false, 256, 3)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, RMS_C7_K, RMS_C7_S, RMS_C7_R, false, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
 // c8: BF16 and F16 dims up to 4096, 2 chunks of 8 per thread, blocks of
 // up to 256 (three per SM at 256: RMS_C8_MINB), w and the dw sums in
@@ -1363,10 +1454,10 @@ RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, 1, RMS_C7_S, RMS_C7_R
 #define RMS_C8_MINB 3
 #endif
 #if RMS_PART_IS(10)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, T_BF16, 2, RMS_C8_S, RMS_C8_R, true, 256, RMS_C8_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, T_BF16, RMS_C8_K, RMS_C8_S, RMS_C8_R, true, RMS_C8_MAXT, RMS_C8_MINB)
 #endif
 #if RMS_PART_IS(13)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, 2, RMS_C8_S, RMS_C8_R, true, 256, RMS_C8_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, RMS_C8_K, RMS_C8_S, RMS_C8_R, true, RMS_C8_MAXT, RMS_C8_MINB)
 #endif
 // c9: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
 // up to 256 (two to four per SM), w and the dw sums in shared memory
@@ -1384,7 +1475,7 @@ RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, 2, RMS_C8_S, RMS_C8_R
 		rows_slots<4, RMS_C9_SLOTS, RMS_C9_SLOTS_R, IO>(J, grp, red);            \
 	}
 #else
-#define RMS_FUSED_C9(NAME, IO) RMS_FUSED_HALF(NAME, IO, 4, RMS_C9_S, RMS_C9_R, true, 256, 2)
+#define RMS_FUSED_C9(NAME, IO) RMS_FUSED_HALF(NAME, IO, RMS_C9_K, RMS_C9_S, RMS_C9_R, true, RMS_C9_MAXT, RMS_C9_MINB)
 #endif
 #if RMS_PART_IS(11)
 RMS_FUSED_C9(rms_norm_backward_rows_fused_c9, T_BF16)

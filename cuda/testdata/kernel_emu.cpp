@@ -25,7 +25,9 @@ inline void cp_async_wait(int n) { emu_cp_wait(n); }
 // classOf is cuda/geometry.go's: the fused class of a dim in chunks of cw
 // elements (-1: none) and the block size of its rows.
 struct Class { int cw, k, maxNch; };
-const Class classes[10]={{4,1,256},{4,2,512},{4,3,768},{4,4,1024},{4,4,1280},{4,4,1536},{4,4,2048},{8,1,256},{8,2,512},{8,4,1024}};
+// K from the .cu's class macros (RMS_Cc_K: a class geometry variant,
+// RMSGRAD_CUDA_CLASS_GEOM, changes them with K*MAXT, so maxNch, kept).
+const Class classes[10]={{4,RMS_C0_K,256},{4,RMS_C1_K,512},{4,RMS_C2_K,768},{4,RMS_C3_K,1024},{4,RMS_C4_K,1280},{4,RMS_C5_K,1536},{4,RMS_C6_K,2048},{8,RMS_C7_K,256},{8,RMS_C8_K,512},{8,RMS_C9_K,1024}};
 void classOf(int dim, int cw, int& cls, int& threads){
   cls=-1; threads=256;
   if(dim<=0 || dim%cw) return;
