@@ -134,6 +134,15 @@ func nsErrorText(p unsafe.Pointer) string {
 // Name returns "metal".
 func (b *Backend) Name() string { return "metal" }
 
+// PoolStats reports the buffer pool: bytes of the Metal buffers handed out
+// and not released, bytes kept for reuse, and the limit (PoolLimit; 0:
+// none).
+func (b *Backend) PoolStats() (live, pooled, limit int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.live, b.pooled, b.limit
+}
+
 // DeviceName is the GPU's name with the geometry the kernels run with,
 // e.g. "Apple M2 Pro (SIMD width 32, 512 threads)".
 func (b *Backend) DeviceName() string {

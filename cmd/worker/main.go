@@ -129,6 +129,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 		Name: "rmsgrad_storage_shared_reads_total",
 		Help: "Header reads of an object served by another job's read of it in flight (a shared w), instead of a request.",
 	}, func() float64 { return float64(store.r.SharedReads()) }))
+	registerPoolMetrics(reg, be)
 	tbe := newTracedBackend(be, reg, log)
 	// The gate holds jobs while /readyz says a dependency is down (the
 	// prober below sets it).

@@ -1,6 +1,12 @@
 package main
 
-import "runtime/debug"
+import (
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+)
 
 // memHeadroom is what the worker needs besides tensor buffers: the Go
 // runtime, asynq, the S3 client's connections, the header cache and the
@@ -27,4 +33,30 @@ func boundMemory(budget, headerBudget int64, getenv func(string) string) int64 {
 	limit := budget + budget/2 + headerBudget + memHeadroom
 	debug.SetMemoryLimit(limit)
 	return limit
+}
+
+// poolStater is a backend that reports its buffer pool (the cpu, cuda and
+// metal backends): bytes in use, bytes kept for reuse, the limit.
+type poolStater interface {
+	PoolStats() (live, pooled, limit int64)
+}
+
+// registerPoolMetrics exports be's buffer pool, when it reports one:
+// rmsgrad_buffer_pool_bytes{state="in_use"|"pooled"} and
+// rmsgrad_buffer_pool_limit_bytes (pinned host memory on the cuda backend,
+// Metal buffers on a Mac).
+func registerPoolMetrics(reg prometheus.Registerer, be compute.Backend) {
+	ps, ok := be.(poolStater)
+	if !ok {
+		return
+	}
+	const help = "Bytes of the compute backend's buffers by state: in_use (handed to jobs), pooled (kept for reuse); together they stay within the limit unless jobs in use need more."
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rmsgrad_buffer_pool_bytes", Help: help, ConstLabels: prometheus.Labels{"state": "in_use"}},
+			func() float64 { live, _, _ := ps.PoolStats(); return float64(live) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rmsgrad_buffer_pool_bytes", Help: help, ConstLabels: prometheus.Labels{"state": "pooled"}},
+			func() float64 { _, pooled, _ := ps.PoolStats(); return float64(pooled) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rmsgrad_buffer_pool_limit_bytes", Help: "The bound of the compute backend's buffer pool (1.25 x budget_bytes; 0: none)."},
+			func() float64 { _, _, limit := ps.PoolStats(); return float64(limit) }),
+	)
 }

@@ -215,7 +215,7 @@ func TestWorkerSIGTERMLosesNothing(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{`rmsgrad_jobs_total{outcome="ok"}`, "rmsgrad_batch_jobs_bucket", `rmsgrad_queue_tasks{queue="rmsnorm",state="completed"}`, "rmsgrad_device_busy_seconds_total"} {
+	for _, m := range []string{`rmsgrad_jobs_total{outcome="ok"}`, "rmsgrad_batch_jobs_bucket", `rmsgrad_queue_tasks{queue="rmsnorm",state="completed"}`, "rmsgrad_device_busy_seconds_total", `rmsgrad_buffer_pool_bytes{state="pooled"}`, "rmsgrad_buffer_pool_limit_bytes"} {
 		if !strings.Contains(string(body), m) {
 			t.Fatalf("/metrics lacks %s", m)
 		}

@@ -61,6 +61,14 @@ func Open() (compute.Backend, error) { return New(), nil }
 // Name returns "cpu".
 func (b *Backend) Name() string { return Name }
 
+// PoolStats reports the buffer pool: bytes of the buffers handed out and
+// not released, bytes kept for reuse, and the limit (PoolLimit; 0: none).
+func (b *Backend) PoolStats() (live, pooled, limit int64) {
+	b.pool.mu.Lock()
+	defer b.pool.mu.Unlock()
+	return int64(b.pool.out) * 4, int64(b.pool.retained) * 4, int64(b.pool.limit) * 4
+}
+
 // DeviceName says how many threads and which vector unit and conversion
 // instructions run the kernels, e.g. "cpu (2 threads, avx2+f16c+avx512bf16)".
 func (b *Backend) DeviceName() string {
