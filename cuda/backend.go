@@ -83,12 +83,14 @@ type Backend struct {
 	pool   map[int][]*mem
 	allocs atomic.Int64 // cuMemAlloc calls, for the steady-state test
 	closed bool
-	// limit (PoolLimit; 0: none) bounds live+pooled, the bytes of the
-	// buffers handed out and of those kept in the pool (size classes).
-	// Arena pieces count but are never freed alone (the arena is freed
-	// whole at Close), so the arena is held while the pool is over the
-	// limit.
+	// limit (PoolLimit; 0: none) bounds live+pooledBytes, the bytes of
+	// the buffers outside the arena handed out and kept in the pool (size
+	// classes). Arena pieces are counted apart (arenaLive, arenaPooled):
+	// they are never freed alone (the arena is freed whole at Close), so
+	// counting them against the limit would leave an old shape's pieces
+	// holding it and a new shape's buffers pinned and freed job by job.
 	limit, live, pooledBytes int64
+	arenaLive, arenaPooled   int64
 	// growing counts Alloc's new allocations, and the frees of buffers the
 	// limit does not keep, made outside poolMu (pinning tens of MiB takes
 	// milliseconds, and a worker warming up makes many at once); Close
@@ -238,8 +240,9 @@ type Option func(*Backend)
 // instead of pooled, and pooled buffers of other size classes are freed
 // before a new buffer would take the total over it. A worker passes its
 // memory budget with slack (cmd/worker), so buffers of shapes it no longer
-// sees do not stay pinned. Pieces of the Reserve arena count towards n but
-// stay pooled (the arena is freed whole at Close). 0 (the default) keeps
+// sees do not stay pinned. Pieces of the Reserve arena are not counted:
+// they stay pooled (the arena is freed whole at Close), so the pool holds
+// at most the arena plus n. 0 (the default) keeps
 // every released buffer until Close. Buffers in use are never taken back:
 // a new buffer is allocated even when nothing pooled is left to free.
 func PoolLimit(n int64) Option { return func(b *Backend) { b.limit = max(n, 0) } }
@@ -779,8 +782,22 @@ func (b *Backend) pooled(c int) *mem {
 	m := l[len(l)-1]
 	l[len(l)-1] = nil
 	b.pool[c] = l[:len(l)-1]
-	b.pooledBytes -= int64(m.size)
+	if m.arena {
+		b.arenaPooled -= int64(m.size)
+	} else {
+		b.pooledBytes -= int64(m.size)
+	}
 	return m
+}
+
+// take accounts for m, taken from the pool or new, as handed out.
+// b.poolMu must be held.
+func (b *Backend) take(m *mem) {
+	if m.arena {
+		b.arenaLive += int64(m.size)
+	} else {
+		b.live += int64(m.size)
+	}
 }
 
 // evictLocked takes pooled allocations out of the pool, largest size
@@ -838,11 +855,24 @@ func (b *Backend) freeOutside(ms []*mem) {
 }
 
 // PoolStats reports the buffer pool: bytes in buffers handed out and not
-// released, bytes kept for reuse, and the limit (0: none).
+// released, bytes kept for reuse (arena pieces included in both), and the
+// bound on them: the limit plus the arena (0: no limit).
 func (b *Backend) PoolStats() (live, pooled, limit int64) {
 	b.poolMu.Lock()
 	defer b.poolMu.Unlock()
-	return b.live, b.pooledBytes, b.limit
+	if b.limit > 0 {
+		b.arenaMu.Lock()
+		limit = b.limit + int64(b.arenaSize)
+		b.arenaMu.Unlock()
+	}
+	return b.live + b.arenaLive, b.pooledBytes + b.arenaPooled, limit
+}
+
+// arenaFree is how many bytes the arena has left.
+func (b *Backend) arenaFree() int {
+	b.arenaMu.Lock()
+	defer b.arenaMu.Unlock()
+	return b.arenaSize - b.arenaUsed
 }
 
 // newMem allocates c bytes of device memory, and of pinned host memory
@@ -909,14 +939,18 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 		return nil, fmt.Errorf("cuda: Alloc after Close: %w", compute.ErrDevice)
 	}
 	if m := b.pooled(c); m != nil {
-		b.live += int64(m.size)
+		b.take(m)
 		b.poolMu.Unlock()
 		return buf(m), nil
 	}
-	// A new allocation: first make room under the limit by freeing pooled
-	// buffers of other size classes. The new bytes count as live from
-	// here, so that Allocs side by side make room for each other.
-	evict := b.evictLocked(int64(c))
+	// A new allocation: unless the arena has room for it, first make room
+	// under the limit by freeing pooled buffers of other size classes. The
+	// new bytes count as live from here, so that Allocs side by side make
+	// room for each other (moved to arenaLive if they come from the arena).
+	var evict []*mem
+	if b.arenaFree() < c {
+		evict = b.evictLocked(int64(c))
+	}
 	b.live += int64(c)
 	if b.allocLocked {
 		defer b.poolMu.Unlock()
@@ -932,13 +966,16 @@ func (b *Backend) Alloc(dtype compute.DType, shape ...int) (compute.Buffer, erro
 		}()
 	}
 	m, err := b.allocBound(c, evict)
-	if err != nil {
+	if err != nil || m.arena {
 		if !b.allocLocked {
 			b.poolMu.Lock()
 			defer b.poolMu.Unlock()
 		}
 		b.live -= int64(c)
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		b.take(m)
 	}
 	return buf(m), nil
 }
@@ -1063,11 +1100,16 @@ func (x *buffer) Release() {
 	}
 	m := x.m
 	c := int64(m.size)
-	b.live -= c
-	if b.limit > 0 && !m.arena && b.live+b.pooledBytes+c > b.limit {
-		b.freeOutside([]*mem{m})
-		return
+	if m.arena {
+		b.arenaLive -= c
+		b.arenaPooled += c
+	} else {
+		b.live -= c
+		if b.limit > 0 && b.live+b.pooledBytes+c > b.limit {
+			b.freeOutside([]*mem{m})
+			return
+		}
+		b.pooledBytes += c
 	}
 	b.pool[m.size] = append(b.pool[m.size], m)
-	b.pooledBytes += c
 }

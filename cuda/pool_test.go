@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -190,9 +191,11 @@ func TestPoolLimit(t *testing.T) {
 		}
 	})
 
-	t.Run("arena pieces stay", func(t *testing.T) {
-		// The arena is freed whole: its pieces stay pooled over the limit,
-		// and only the rest is freed.
+	t.Run("arena pieces apart", func(t *testing.T) {
+		// The arena is freed whole: its pieces stay pooled and do not
+		// count against the limit, so a new shape's buffers are pooled
+		// beside an old shape's pieces instead of being pinned and freed
+		// job by job; the buffers outside the arena keep to the limit.
 		be, f := newFakeBackend(t, PoolLimit(2*a))
 		if _, err := be.Reserve(2 * a); err != nil {
 			t.Fatal(err)
@@ -201,15 +204,29 @@ func TestPoolLimit(t *testing.T) {
 		if f.hostAllocs != 2 {
 			t.Fatalf("%d pinned allocations, want the arena and one buffer", f.hostAllocs)
 		}
+		check(t, be, 3*a, 0)
 		release(bufs)
-		check(t, be, 0, 2*a)
-		if f.hostFrees != 1 {
-			t.Fatalf("%d buffers freed, want the one outside the arena", f.hostFrees)
+		check(t, be, 0, 3*a)
+		if f.hostFrees != 0 {
+			t.Fatalf("%d buffers freed, want none (a outside the arena, within the limit)", f.hostFrees)
 		}
-		bs := alloc(t, be, b, 1) // nothing to evict: over the limit, allocated anyway
+		// A new shape: the pooled buffer outside the arena makes room
+		// (a + 1.5a > 2a), the arena's pieces stay.
+		bs := alloc(t, be, b, 1)
 		check(t, be, b, 2*a)
+		if f.hostFrees != 1 {
+			t.Fatalf("%d buffers freed for the new shape, want the one outside the arena", f.hostFrees)
+		}
 		release(bs)
-		check(t, be, 0, 2*a)
+		check(t, be, 0, 2*a+b)
+		n := f.hostAllocs
+		release(alloc(t, be, b, 1))
+		if f.hostAllocs != n {
+			t.Fatalf("the new shape's buffer was pinned again (%d allocations)", f.hostAllocs-n)
+		}
+		if _, _, limit := be.PoolStats(); limit != 4*a {
+			t.Fatalf("PoolStats limit %d, want the limit plus the arena, %d", limit, 4*a)
+		}
 		if err := be.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -230,12 +247,24 @@ func TestPoolLimit(t *testing.T) {
 		}
 	})
 
-	t.Run("concurrent", func(t *testing.T) {
-		// Handlers allocating and releasing side by side (go test -race):
-		// no double free, and once all is released the pool is within the
-		// limit and nothing is live.
+	for _, reserve := range []int64{0, 3 * a} {
+		t.Run(fmt.Sprintf("concurrent, reserve %d", reserve), func(t *testing.T) {
+			concurrent(t, reserve)
+		})
+	}
+}
+
+// concurrent runs handlers allocating and releasing side by side (go test
+// -race): no double free, and once all is released nothing is live and
+// the pool is within the limit plus the reserve.
+func concurrent(t *testing.T, reserve int64) {
+	const a, b = 1 << 20, 3 << 19
+	{
 		const limit = 8 * a
 		be, f := newFakeBackend(t, PoolLimit(limit))
+		if _, err := be.Reserve(reserve); err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Go(func() {
@@ -255,12 +284,13 @@ func TestPoolLimit(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		live, pooled, _ := be.PoolStats()
-		if live != 0 || pooled > limit {
-			t.Fatalf("pool after the handlers: %d live, %d pooled (limit %d)", live, pooled, limit)
+		live, pooled, bound := be.PoolStats()
+		if live != 0 || pooled > bound || bound != limit+reserve {
+			t.Fatalf("pool after the handlers: %d live, %d pooled (bound %d: limit %d, reserve %d)", live, pooled, bound, limit, reserve)
 		}
-		if h, _ := f.held(); h != int(pooled) {
-			t.Fatalf("%d host bytes allocated, %d pooled", h, pooled)
+		size, used := be.Reserved()
+		if h, _ := f.held(); h != int(pooled)-used+size {
+			t.Fatalf("%d host bytes allocated, %d pooled (%d of them in the %d-byte arena)", h, pooled, used, size)
 		}
 		if err := be.Close(); err != nil {
 			t.Fatal(err)
@@ -268,7 +298,7 @@ func TestPoolLimit(t *testing.T) {
 		if h, d := f.held(); h != 0 || d != 0 {
 			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
 		}
-	})
+	}
 }
 
 // A class's macro in RMSGRAD_CUDA_NVRTC_OPTS reaches only the programs

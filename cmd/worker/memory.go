@@ -56,7 +56,7 @@ func registerPoolMetrics(reg prometheus.Registerer, be compute.Backend) {
 			func() float64 { live, _, _ := ps.PoolStats(); return float64(live) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rmsgrad_buffer_pool_bytes", Help: help, ConstLabels: prometheus.Labels{"state": "pooled"}},
 			func() float64 { _, pooled, _ := ps.PoolStats(); return float64(pooled) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rmsgrad_buffer_pool_limit_bytes", Help: "The bound of the compute backend's buffer pool (1.25 x budget_bytes; 0: none)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rmsgrad_buffer_pool_limit_bytes", Help: "The bound of the compute backend's buffer pool (1.25 x budget_bytes, plus pin_reserve_bytes on cuda; 0: none)."},
 			func() float64 { _, _, limit := ps.PoolStats(); return float64(limit) }),
 	)
 }
