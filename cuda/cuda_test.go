@@ -15,9 +15,9 @@ import (
 // openOrSkip opens the backend or skips the test saying why. With
 // RMSGRAD_REQUIRE_CUDA=1 (set on the GPU machine) a missing device fails
 // instead, so a skip can never pass for a GPU run.
-func openOrSkip(t *testing.T) *Backend {
+func openOrSkip(t *testing.T, opts ...Option) *Backend {
 	t.Helper()
-	b, err := open()
+	b, err := open(opts...)
 	if err != nil {
 		if !errors.Is(err, compute.ErrUnsupported) {
 			t.Fatalf("Open: %v", err)
@@ -134,6 +134,51 @@ func TestReserve(t *testing.T) {
 		t.Fatalf("a %d-byte buffer came from an arena of %d bytes with some used", n, n)
 	}
 	big.Release()
+}
+
+// The pool's limit on a GPU: jobs of one shape, of another and of the
+// first again through a backend with a small limit and a reserve give the
+// bits of an unbounded backend; after each batch nothing is live and the
+// pool is within the limit plus the reserve (TestPoolLimit checks the
+// bookkeeping itself on a fake driver).
+func TestPoolLimitOnGPU(t *testing.T) {
+	ctx := context.Background()
+	small := []computetest.Job{computetest.NewJob(1, 64, 4096), computetest.NewJob(2, 8, 1024)}    // 1 MiB tensors: mapped
+	large := []computetest.Job{computetest.NewJob(3, 512, 4096), computetest.NewJob(4, 300, 2048)} // 8 MiB and 2.3 MiB: copied
+	plain := openOrSkip(t)
+	var want [][]computetest.Output
+	for _, js := range [][]computetest.Job{small, large} {
+		w, err := computetest.RunJobs(ctx, plain, js, computetest.DXThenDW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, w)
+	}
+	plain.Close()
+
+	const limit, reserve = 12 << 20, 4 << 20
+	b := openOrSkip(t, PoolLimit(limit))
+	defer b.Close()
+	if _, err := b.Reserve(reserve); err != nil {
+		t.Fatal(err)
+	}
+	for round, i := range []int{0, 1, 0, 1} {
+		js := [][]computetest.Job{small, large}[i]
+		got, err := computetest.RunJobs(ctx, b, js, computetest.DXThenDW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range got {
+			if d := computetest.BitsEqual(got[k], want[i][k]); d != "" {
+				t.Fatalf("round %d, job %d (pool limited to %d bytes): %s", round, k, limit, d)
+			}
+		}
+		live, pooled, bound := b.PoolStats()
+		t.Logf("round %d: %d bytes live, %d pooled, bound %d", round, live, pooled, bound)
+		if live != 0 || pooled > bound || bound != limit+reserve {
+			t.Fatalf("round %d: %d bytes live, %d pooled; want none live and at most %d pooled (limit %d + reserve %d)", round, live, pooled, bound, limit, reserve)
+		}
+	}
 }
 
 // A steady-state worker allocates no device or pinned memory: the second

@@ -65,7 +65,7 @@ if has conf; then
 	fi
 	grep -E 'registers|NVRTC' "$logs/open.log"
 	t0=$(date +%s)
-	RMSGRAD_REQUIRE_CUDA=1 timeout 240 "${BIN:-bin}"/cuda.test -test.v -test.run 'TestConformance|TestReserve|TestSteadyState|TestJobEntryLayout|TestPlan|TestMapped|TestGeometry|TestClassOf|TestGroups' \
+	RMSGRAD_REQUIRE_CUDA=1 timeout 240 "${BIN:-bin}"/cuda.test -test.v -test.run 'TestConformance|TestReserve|TestPoolLimitOnGPU|TestSteadyState|TestJobEntryLayout|TestPlan|TestMapped|TestGeometry|TestClassOf|TestGroups' \
 		-test.timeout 8m >"$logs/conformance.log" 2>&1
 	rc=$?
 	summary+=("conformance on GPU: rc=$rc in $(($(date +%s) - t0))s; $(grep -c -- '--- PASS' "$logs/conformance.log") passed, $(grep -c -- '--- FAIL' "$logs/conformance.log") failed, $(grep -c -- '--- SKIP' "$logs/conformance.log") skipped; TestConformance subtests passed: $(grep -cE -- '^ +--- PASS: TestConformance/' "$logs/conformance.log")")
