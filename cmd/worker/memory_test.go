@@ -18,26 +18,10 @@ func TestPoolMetrics(t *testing.T) {
 	registerPoolMetrics(reg, be)
 	read := func(name, state string) float64 {
 		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
+		if state == "" {
+			return gaugeOf(t, reg, name, "", "")
 		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				ok := state == ""
-				for _, l := range m.GetLabel() {
-					ok = ok || l.GetName() == "state" && l.GetValue() == state
-				}
-				if ok {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-		t.Fatalf("no %s{state=%q}", name, state)
-		return 0
+		return gaugeOf(t, reg, name, "state", state)
 	}
 	if got := read("rmsgrad_buffer_pool_limit_bytes", ""); got != float64(poolBytes(budget)) {
 		t.Fatalf("limit gauge %v, want %d", got, poolBytes(budget))

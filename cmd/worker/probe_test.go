@@ -60,22 +60,31 @@ func TestProber(t *testing.T) {
 // gauge reads rmsgrad_dependency_up{dependency=dep} from reg.
 func gauge(t *testing.T, reg *prometheus.Registry, dep string) float64 {
 	t.Helper()
+	return gaugeOf(t, reg, "rmsgrad_dependency_up", "dependency", dep)
+}
+
+// gaugeOf reads the gauge name{label=value} from reg (label "": the
+// gauge's only series).
+func gaugeOf(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "rmsgrad_dependency_up" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			ok := label == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "dependency" && l.GetValue() == dep {
-					return m.GetGauge().GetValue()
-				}
+				ok = ok || l.GetName() == label && l.GetValue() == value
+			}
+			if ok {
+				return m.GetGauge().GetValue()
 			}
 		}
 	}
-	t.Fatalf("no rmsgrad_dependency_up{dependency=%q}", dep)
+	t.Fatalf("no %s{%s=%q}", name, label, value)
 	return 0
 }
