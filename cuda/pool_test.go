@@ -79,6 +79,17 @@ func newFakeBackend(t *testing.T, opts ...Option) (*Backend, *fakeMem) {
 	return newBackend(d, opts...), f
 }
 
+// closeFreesAll closes be and checks that the fake driver has nothing out.
+func closeFreesAll(t *testing.T, be *Backend, f *fakeMem) {
+	t.Helper()
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if h, d := f.held(); h != 0 || d != 0 {
+		t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
+	}
+}
+
 // held is how much host and device memory the fake driver has out.
 func (f *fakeMem) held() (host, dev int) {
 	f.mu.Lock()
@@ -131,12 +142,7 @@ func TestPoolLimit(t *testing.T) {
 		if f.hostFrees != 0 {
 			t.Fatalf("%d buffers freed with no limit", f.hostFrees)
 		}
-		if err := be.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if h, d := f.held(); h != 0 || d != 0 {
-			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
-		}
+		closeFreesAll(t, be, f)
 	})
 
 	t.Run("shape change", func(t *testing.T) {
@@ -162,12 +168,7 @@ func TestPoolLimit(t *testing.T) {
 		if f.hostAllocs != n {
 			t.Fatalf("%d new pinned allocations for buffers in the pool", f.hostAllocs-n)
 		}
-		if err := be.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if h, d := f.held(); h != 0 || d != 0 {
-			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
-		}
+		closeFreesAll(t, be, f)
 	})
 
 	t.Run("over the limit in use", func(t *testing.T) {
@@ -227,12 +228,7 @@ func TestPoolLimit(t *testing.T) {
 		if _, _, limit := be.PoolStats(); limit != 4*a {
 			t.Fatalf("PoolStats limit %d, want the limit plus the arena, %d", limit, 4*a)
 		}
-		if err := be.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if h, d := f.held(); h != 0 || d != 0 {
-			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
-		}
+		closeFreesAll(t, be, f)
 	})
 
 	t.Run("failed allocation", func(t *testing.T) {
@@ -292,12 +288,7 @@ func concurrent(t *testing.T, reserve int64) {
 		if h, _ := f.held(); h != int(pooled)-used+size {
 			t.Fatalf("%d host bytes allocated, %d pooled (%d of them in the %d-byte arena)", h, pooled, used, size)
 		}
-		if err := be.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if h, d := f.held(); h != 0 || d != 0 {
-			t.Fatalf("after Close: %d host and %d device bytes still allocated", h, d)
-		}
+		closeFreesAll(t, be, f)
 	}
 }
 
