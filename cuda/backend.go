@@ -574,9 +574,7 @@ func (b *Backend) compileOpts(p int) []string {
 	}
 	// Class c9's slots, in the program that holds c9 (the others keep
 	// their cached cubins).
-	if b.halfSlots > 0 && (p < 0 || slices.ContainsFunc(kernelParts()[p], func(n string) bool {
-		return n == shaders.CUDARowsFusedKernels[halfSlotsClass] || n == shaders.CUDARowsFusedF16Kernels[halfSlotsClass-firstHalfClass]
-	})) {
+	if b.halfSlots > 0 && (p < 0 || partHoldsClass(p, halfSlotsClass)) {
 		opts = append(opts, fmt.Sprintf("-DRMS_C9_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C9_SLOTS_R=%d", b.halfSlotsR))
 	}
 	// RMSGRAD_CUDA_CLASS_GEOM's classes, in the programs that hold them.
