@@ -7,6 +7,7 @@
 # then the geometry variants below (docs/cuda.md: S and R rows per class,
 # RMSGRAD_CUDA_CLASS_GEOM); then, if time is left, make bench on the host
 # and the f32 harness. Usage: scripts/cuda-device-call.sh $OUT
+# (CALL_VARIANTS: another variant list; STEPS, VDIMS: see below).
 OUT=${1:?}
 V='RMSGRAD_NOOP=1'
 for o in '-DRMS_C0_S=1 -DRMS_C0_R=1' '-DRMS_C0_S=2 -DRMS_C0_R=2' '-DRMS_C1_S=2 -DRMS_C1_R=2' \
@@ -27,6 +28,7 @@ V="$V;$G=4:2x640x1+$M=16"
 V="$V;$G=8:4x128x4+$M=16"
 V="$V;$G=8:1x512x2+$M=16"
 V="$V;RMSGRAD_NOOP=1"
+V=${CALL_VARIANTS:-$V} # another list, in the same form
 export BIN=.devrun/bin HOSTBENCH_TIMEOUT=170 HOSTBENCH_FLAGS='-only e2e -repeat 3 -inproc-backend cuda'
 scripts/cuda-device-run.sh "$OUT/a" "${STEPS:-conf bench}"
 echo "after a: ${SECONDS}s"
