@@ -13,17 +13,18 @@ OUT=${1:?}
 # Runs 35-36 (docs/cuda.md, Not done): c0 at 2x128x4 held at 1024 f32 in
 # both, but the 256-job batch of 8x1024 (also c0) was not measured with
 # it: a second bench with it follows the default's. c7 at 2x128x4 held
-# too but spills under NVRTC 11.8 at four rows: here with two, beside
-# the default, twice each.
+# too but spills under NVRTC 11.8 at four rows: here with two. c3 and c4
+# (3584-5120 f32 at 88-92%) at one block a SM with two rows in
+# registers, as c5 (5248-6144 at 94-97%) runs; each beside the default,
+# twice.
 G='RMSGRAD_CUDA_CLASS_GEOM'
 N='RMSGRAD_NOOP=1'
 A="$G=0:2x128x4"
 B="$G=7:2x128x4+RMSGRAD_CUDA_NVRTC_OPTS=-DRMS_C7_S=2 -DRMS_C7_R=2"
-C="$G=7:2x128x4+RMSGRAD_CUDA_NVRTC_OPTS=-DRMS_C7_S=2 -DRMS_C7_R=1"
-D="$G=7:2x128x4"
-V="$N;$A;$B;$C;$D;$N;$A;$B;$C;$D;$N"
+E="$G=3:4x256x1,4:4x320x1+RMSGRAD_CUDA_NVRTC_OPTS=-DRMS_C3_R=2 -DRMS_C4_R=2"
+V="$N;$A;$B;$E;$N;$A;$B;$E;$N"
 V=${CALL_VARIANTS:-$V} # another list, in the same form
-: "${VDIMS:=1024,1152,1536,1920,2048,4096,5120}"
+: "${VDIMS:=1024,1152,1536,2048,3584,3840,4096,4608,4864,5120}"
 export BIN=.devrun/bin HOSTBENCH_TIMEOUT=170 HOSTBENCH_FLAGS='-only e2e -repeat 3 -inproc-backend cuda'
 scripts/cuda-device-run.sh "$OUT/a" "${STEPS:-conf bench}"
 echo "after a: ${SECONDS}s"
