@@ -14,7 +14,8 @@ import (
 // (RMS_FUSED_F32 and RMS_FUSED_HALF in shaders/rms_norm_backward.cu): rows
 // in chunks of cw elements (4 for F32 x, 8 for BF16 and F16 x: rowsCW),
 // dims of up to maxNch chunks, k chunks per thread, blocks of at most
-// maxThreads, and the launch bounds' fewest blocks per SM (which cap the
+// maxThreads (k*maxThreads >= maxNch: a block holds the class's widest
+// row), and the launch bounds' fewest blocks per SM (which cap the
 // registers); ws: w and the dw sums in shared memory (8*dim bytes a
 // block).
 type fusedClass struct {
@@ -25,14 +26,14 @@ type fusedClass struct {
 // fusedClasses are the .cu's classes c0..c9 (shaders.CUDARowsFusedKernels),
 // in order of chunk width, then width.
 var fusedClasses = [...]fusedClass{
-	{4, 1, 256, 256, 3, false},  // c0: F32 dims up to 1024
+	{4, 2, 256, 128, 4, false},  // c0: F32 dims up to 1024
 	{4, 2, 512, 256, 3, false},  // c1: up to 2048
 	{4, 3, 768, 256, 2, false},  // c2: up to 3072
 	{4, 4, 1024, 256, 2, false}, // c3: up to 4096
-	{4, 4, 1280, 320, 2, true},  // c4: up to 5120, w and dw in shared memory
-	{4, 4, 1536, 384, 1, false}, // c5: up to 6144
+	{4, 4, 1216, 320, 2, true},  // c4: up to 4864, w and dw in shared memory
+	{4, 4, 1536, 384, 1, false}, // c5: 4992 up to 6144
 	{4, 4, 2048, 512, 1, false}, // c6: up to 8192
-	{8, 1, 256, 256, 3, false},  // c7: BF16 and F16 dims up to 2048
+	{8, 2, 256, 128, 4, false},  // c7: BF16 and F16 dims up to 2048
 	{8, 2, 512, 256, 3, true},   // c8: up to 4096, w and dw in shared memory
 	{8, 4, 1024, 256, 2, true},  // c9: up to 8192, w and dw in shared memory
 }
@@ -55,7 +56,8 @@ func init() {
 // classGeom is RMSGRAD_CUDA_CLASS_GEOM, read once (applyClassGeom): a
 // benchmark variant of the fused classes' geometry, "c:KxTxM" items
 // separated by commas (class c with K chunks per thread, blocks of up to T
-// threads, launch bounds of at least M blocks per SM), K*T unchanged so
+// threads, launch bounds of at least M blocks per SM), K*T as the
+// class's (K*T >= its widest row, less than 32 threads' worth over) so
 // that the classes keep their dims. It rewrites fusedClasses and gives
 // each class's programs the matching -DRMS_Cc_K/_MAXT/_MINB options
 // (compileOpts). The block size changes the order of the sums, so the bits
@@ -99,8 +101,8 @@ func parseClassGeom(v string, classes []fusedClass) (map[int][]string, error) {
 			return nil, bad(item, "K must be 1..8 (RMS_KMAX)")
 		case t < 32 || t > 1024 || t%32 != 0:
 			return nil, bad(item, "T must be a multiple of 32 up to 1024")
-		case k*t != fc.maxNch:
-			return nil, bad(item, fmt.Sprintf("K*T must stay %d (class %d's widest row in chunks)", fc.maxNch, c))
+		case k*t != fc.k*fc.maxThreads:
+			return nil, bad(item, fmt.Sprintf("K*T must stay %d (class %d's widest row is %d chunks)", fc.k*fc.maxThreads, c, fc.maxNch))
 		case m < 1 || m > 32:
 			return nil, bad(item, "M must be 1..32")
 		}

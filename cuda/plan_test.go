@@ -278,10 +278,10 @@ func TestClassOf(t *testing.T) {
 		t.Errorf("cw 8 dim 1028 (not a multiple of 8): class %d; want -1", c)
 	}
 	for _, c := range []struct{ dim, cw, class, threads int }{
-		{1024, 4, 0, 256}, {768, 4, 0, 192}, {1152, 4, 1, 160}, {2048, 4, 1, 256}, {2560, 4, 2, 224}, {3072, 4, 2, 256},
-		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {5120, 4, 4, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
+		{1024, 4, 0, 128}, {768, 4, 0, 96}, {1152, 4, 1, 160}, {2048, 4, 1, 256}, {2560, 4, 2, 224}, {3072, 4, 2, 256},
+		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {4864, 4, 4, 320}, {4992, 4, 5, 320}, {5120, 4, 5, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
 		{6272, 4, 6, 416}, {7168, 4, 6, 448}, {8192, 4, 6, 512},
-		{1024, 8, 7, 128}, {2048, 8, 7, 256}, {2176, 8, 8, 160}, {3072, 8, 8, 192}, {4096, 8, 8, 256}, {4224, 8, 9, 160},
+		{1024, 8, 7, 64}, {2048, 8, 7, 128}, {2176, 8, 8, 160}, {3072, 8, 8, 192}, {4096, 8, 8, 256}, {4224, 8, 9, 160},
 		{5120, 8, 9, 160}, {8192, 8, 9, 256},
 	} {
 		if cl, th := classOf(c.dim, c.cw); cl != c.class || th != c.threads {
@@ -306,15 +306,16 @@ func TestGeometry(t *testing.T) {
 		{0, 16384, 4096, geom{rg: 63, g: 261, threads: 256, class: 3}, 0},
 		{0, 32768, 8192, geom{rg: 249, g: 132, threads: 512, class: 6}, 0},
 		{0, 4096, 4096, geom{rg: 16, g: 256, threads: 256, class: 3}, 0},
-		{0, 16384, 5120, geom{rg: 63, g: 261, threads: 320, class: 4}, 0},
+		{0, 16384, 5120, geom{rg: 125, g: 132, threads: 320, class: 5}, 0},
+		{0, 16384, 4864, geom{rg: 63, g: 261, threads: 320, class: 4}, 0},
 		{0, 16384, 6144, geom{rg: 125, g: 132, threads: 384, class: 5}, 0},
 		{0, 16384, 7168, geom{rg: 125, g: 132, threads: 448, class: 6}, 0},
-		{0, 16384, 1024, geom{rg: 42, g: 391, threads: 256, class: 0}, 0},
+		{0, 16384, 1024, geom{rg: 32, g: 512, threads: 128, class: 0}, 0},
 		{0, 16384, 1152, geom{rg: 25, g: 656, threads: 160, class: 1}, 0},
 		{0, 16384, 2560, geom{rg: 63, g: 261, threads: 224, class: 2}, 0},
-		{0, 100000, 1024, geom{rg: 253, g: 396, threads: 256, class: 0}, 0},
+		{0, 100000, 1024, geom{rg: 190, g: 527, threads: 128, class: 0}, 0},
 		{0, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}, 0},
-		{0, 8, 1024, geom{rg: 8, g: 1, threads: 256, class: 0}, 0},
+		{0, 8, 1024, geom{rg: 8, g: 1, threads: 128, class: 0}, 0},
 		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 0},
 		{0, 7, 4097, geom{rg: 2, g: 4, threads: 256, class: -1}, 0},
 		{4, 16384, 4096, geom{rg: 63, g: 261, stages: 3, threads: 256, class: -1}, 0},
@@ -329,7 +330,7 @@ func TestGeometry(t *testing.T) {
 		{0, 16384, 2176, geom{rg: 25, g: 656, threads: 160, class: 8}, 8},
 		{0, 16384, 4224, geom{rg: 42, g: 391, threads: 160, class: 9}, 8},
 		{0, 32768, 8192, geom{rg: 125, g: 263, threads: 256, class: 9}, 8},
-		{0, 16384, 1024, geom{rg: 21, g: 781, threads: 128, class: 7}, 8},
+		{0, 16384, 1024, geom{rg: 16, g: 1024, threads: 64, class: 7}, 8},
 		{4, 16384, 4096, geom{rg: 42, g: 391, threads: 256, class: 8}, 8},
 		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 8},
 	} {
@@ -395,7 +396,7 @@ func TestPlanDTypes(t *testing.T) {
 	}
 	// F32 rows: fused class c4 (320 threads); half x: chunks of 8, class c9
 	// (160 threads), never slots.
-	const rows, dim = 64, 5120
+	const rows, dim = 64, 4864
 	for _, c := range []struct {
 		name                 string
 		x, w, dy, dx, dw     compute.DType

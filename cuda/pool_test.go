@@ -326,15 +326,20 @@ func TestCompileOptsPerClass(t *testing.T) {
 // RMSGRAD_CUDA_CLASS_GEOM's items change one class each and keep its dims.
 func TestParseClassGeom(t *testing.T) {
 	classes := append([]fusedClass(nil), fusedClasses[:]...)
-	opts, err := parseClassGeom("0:8x32x8,7:2x128x4", classes)
+	opts, err := parseClassGeom("0:8x32x8,7:1x256x3,4:2x640x1", classes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := classes[0]; c.k != 8 || c.maxThreads != 32 || c.minBlocks != 8 || c.maxNch != fusedClasses[0].maxNch {
 		t.Errorf("class 0 after the variant: %+v", c)
 	}
-	if c := classes[7]; c.k != 2 || c.maxThreads != 128 || c.minBlocks != 4 {
+	if c := classes[7]; c.k != 1 || c.maxThreads != 256 || c.minBlocks != 3 {
 		t.Errorf("class 7 after the variant: %+v", c)
+	}
+	// c4's blocks hold more than its widest row (1216 chunks, 4 a thread
+	// in up to 320 threads): the variant keeps K*T and the dims.
+	if c := classes[4]; c.k != 2 || c.maxThreads != 640 || c.minBlocks != 1 || c.maxNch != fusedClasses[4].maxNch {
+		t.Errorf("class 4 after the variant: %+v", c)
 	}
 	if classes[1] != fusedClasses[1] {
 		t.Errorf("class 1 changed: %+v", classes[1])
@@ -342,10 +347,10 @@ func TestParseClassGeom(t *testing.T) {
 	if want := []string{"-DRMS_C0_K=8", "-DRMS_C0_MAXT=32", "-DRMS_C0_MINB=8"}; !slices.Equal(opts[0], want) {
 		t.Errorf("class 0 options %v, want %v", opts[0], want)
 	}
-	if len(opts) != 2 {
-		t.Errorf("options for %d classes, want 2", len(opts))
+	if len(opts) != 3 {
+		t.Errorf("options for %d classes, want 3", len(opts))
 	}
-	for _, bad := range []string{"0:8x64x8", "0:9x32x8", "10:1x256x3", "0:8x33x8", "0:8x32x0", "0:8x32", "x"} {
+	for _, bad := range []string{"0:8x64x8", "4:4x304x2", "4:2x608x2", "0:9x32x8", "10:1x256x3", "0:8x33x8", "0:8x32x0", "0:8x32", "x"} {
 		if _, err := parseClassGeom(bad, append([]fusedClass(nil), fusedClasses[:]...)); !errors.Is(err, compute.ErrUnsupported) {
 			t.Errorf("parseClassGeom(%q): %v, want an error", bad, err)
 		}

@@ -1234,8 +1234,12 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // 16384x8192 (run 18). c1 (f32, 1152-2048) holds one row in registers
 // at one row a barrier: 2-6 points over two rows at every c1 dim in H100
 // run 34 (90.0-94.3% against 85.8-89.3%), the default alternated before
-// and after. The S and R macros may be overridden
-// (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
+// and after. In H100 runs 35-37 c0 in blocks of up to 128 threads, two
+// chunks each, four blocks a SM, ran 16384x1024 at 87.1-89.4% against
+// 83.0-86.3% (and the 256-job batch of 8x1024 at 0.073 us a job against
+// 0.071); c7 in the same geometry with two rows in registers (four
+// spilled under NVRTC 11.8) gained 3-5 points at bf16 1024-2048. The S
+// and R macros may be overridden (RMSGRAD_CUDA_NVRTC_OPTS) to compare.
 #ifndef RMS_C0_S
 #define RMS_C0_S 3
 #endif
@@ -1258,7 +1262,7 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C6_S 2
 #endif
 #ifndef RMS_C7_S
-#define RMS_C7_S 4
+#define RMS_C7_S 2
 #endif
 #ifndef RMS_C8_S
 #define RMS_C8_S 2
@@ -1301,13 +1305,13 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // with K*MAXT unchanged (the host's RMSGRAD_CUDA_CLASS_GEOM passes them,
 // with its own table changed to match: cuda/geometry.go).
 #ifndef RMS_C0_K
-#define RMS_C0_K 1
+#define RMS_C0_K 2
 #endif
 #ifndef RMS_C0_MAXT
-#define RMS_C0_MAXT 256
+#define RMS_C0_MAXT 128
 #endif
 #ifndef RMS_C0_MINB
-#define RMS_C0_MINB 3
+#define RMS_C0_MINB 4
 #endif
 #ifndef RMS_C1_K
 #define RMS_C1_K 2
@@ -1364,13 +1368,13 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C6_MINB 1
 #endif
 #ifndef RMS_C7_K
-#define RMS_C7_K 1
+#define RMS_C7_K 2
 #endif
 #ifndef RMS_C7_MAXT
-#define RMS_C7_MAXT 256
+#define RMS_C7_MAXT 128
 #endif
 #ifndef RMS_C7_MINB
-#define RMS_C7_MINB 3
+#define RMS_C7_MINB 4
 #endif
 #ifndef RMS_C8_K
 #define RMS_C8_K 2
@@ -1407,9 +1411,10 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 		RMS_FUSED_PROLOGUE                                                       \
 		rows_regs<K, S, R, WS, true, IO, 8>(J, grp, red);                        \
 	}
-// cuda/geometry.go's fusedClasses must match these (cw, k, maxNch =
+// cuda/geometry.go's fusedClasses must match these (cw, k, maxNch <=
 // K*MAXT, MAXT, MINB, WS).
-// c0: F32 dims up to 1024 (256 chunks), 1 chunk per thread.
+// c0: F32 dims up to 1024 (256 chunks), 2 chunks per thread, four blocks
+// of up to 128 per SM.
 #if RMS_PART_IS(2)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, RMS_C0_K, RMS_C0_S, RMS_C0_R, false, RMS_C0_MAXT, RMS_C0_MINB)
 #endif
@@ -1425,13 +1430,16 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, RMS_C2_K, RMS_C2_S, RMS_C2_R, fal
 #if RMS_PART_IS(5)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, false, RMS_C3_MAXT, RMS_C3_MINB)
 #endif
-// c4: up to 5120, 4 chunks per thread, two blocks of up to 320 per SM, w
-// and the dw sums in shared memory.
+// c4: up to 4864 (its blocks would hold 5120), 4 chunks per thread, two
+// blocks of up to 320 per SM, w and the dw sums in shared memory. 4992 and
+// 5120 go to c5: one block a SM with two rows a barrier ran 16384x5120 at
+// 93.4-93.6% of copy on the H100 against 90.7-91.6% here, and lost 2-3
+// points at 4608 (docs/cuda.md).
 #if RMS_PART_IS(6)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_R, true, RMS_C4_MAXT, RMS_C4_MINB)
 #endif
-// c5: up to 6144, 4 chunks per thread, one block of up to 384 per SM (the
-// registers of two rows and w: up to 168 a thread).
+// c5: 4992 up to 6144, 4 chunks per thread, one block of up to 384 per SM
+// (the registers of two rows and w: up to 168 a thread).
 #if RMS_PART_IS(7)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, false, RMS_C5_MAXT, RMS_C5_MINB)
 #endif
@@ -1439,8 +1447,9 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, fal
 #if RMS_PART_IS(8)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, RMS_C6_K, RMS_C6_S, RMS_C6_R, false, RMS_C6_MAXT, RMS_C6_MINB)
 #endif
-// c7: BF16 and F16 dims up to 2048, 1 chunk of 8 per thread (parts 9 and
-// 12: the BF16 and the F16 kernel).
+// c7: BF16 and F16 dims up to 2048, 2 chunks of 8 per thread, four blocks
+// of up to 128 per SM, two rows in registers (parts 9 and 12: the BF16 and
+// the F16 kernel).
 #if RMS_PART_IS(9)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, RMS_C7_K, RMS_C7_S, RMS_C7_R, false, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
