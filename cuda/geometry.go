@@ -57,8 +57,10 @@ func init() {
 // benchmark variant of the fused classes' geometry, "c:KxTxM" items
 // separated by commas (class c with K chunks per thread, blocks of up to T
 // threads, launch bounds of at least M blocks per SM), K*T as the
-// class's (K*T >= its widest row, less than 32 threads' worth over) so
-// that the classes keep their dims. It rewrites fusedClasses and gives
+// class's (K*T >= its widest row) so that the classes keep their dims;
+// "c:KxTxM/N" also sets the class's widest row to N chunks (at most K*T),
+// so that wider rows go to the next class of their chunk width (the dims
+// move between classes; a benchmark of where a class should end). It rewrites fusedClasses and gives
 // each class's programs the matching -DRMS_Cc_K/_MAXT/_MINB options
 // (compileOpts). The block size changes the order of the sums, so the bits
 // of the dims of a changed class change with it (and stay the same from
@@ -88,9 +90,13 @@ func parseClassGeom(v string, classes []fusedClass) (map[int][]string, error) {
 	}
 	opts := map[int][]string{}
 	for _, item := range strings.Split(v, ",") {
-		var c, k, t, m int
-		if n, err := fmt.Sscanf(item, "%d:%dx%dx%d", &c, &k, &t, &m); err != nil || n != 4 {
-			return nil, bad(item, "want c:KxTxM (class, chunks per thread, threads, blocks per SM)")
+		var c, k, t, m, nch int
+		hasN := true
+		if n, err := fmt.Sscanf(item, "%d:%dx%dx%d/%d", &c, &k, &t, &m, &nch); n != 5 || err != nil {
+			hasN = false
+			if n, err := fmt.Sscanf(item, "%d:%dx%dx%d", &c, &k, &t, &m); err != nil || n != 4 || strings.Contains(item, "/") {
+				return nil, bad(item, "want c:KxTxM or c:KxTxM/N (class, chunks per thread, threads, blocks per SM; widest row in chunks)")
+			}
 		}
 		if c < 0 || c >= len(classes) {
 			return nil, bad(item, fmt.Sprintf("no class %d (0..%d)", c, len(classes)-1))
@@ -105,8 +111,13 @@ func parseClassGeom(v string, classes []fusedClass) (map[int][]string, error) {
 			return nil, bad(item, fmt.Sprintf("K*T must stay %d (class %d's widest row is %d chunks)", fc.k*fc.maxThreads, c, fc.maxNch))
 		case m < 1 || m > 32:
 			return nil, bad(item, "M must be 1..32")
+		case hasN && (nch < 1 || nch > k*t):
+			return nil, bad(item, fmt.Sprintf("N must be 1..%d (K*T)", k*t))
 		}
 		fc.k, fc.maxThreads, fc.minBlocks = k, t, m
+		if hasN {
+			fc.maxNch = nch
+		}
 		classes[c] = fc
 		opts[c] = []string{fmt.Sprintf("-DRMS_C%d_K=%d", c, k), fmt.Sprintf("-DRMS_C%d_MAXT=%d", c, t), fmt.Sprintf("-DRMS_C%d_MINB=%d", c, m)}
 	}

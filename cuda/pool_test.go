@@ -350,7 +350,15 @@ func TestParseClassGeom(t *testing.T) {
 	if len(opts) != 3 {
 		t.Errorf("options for %d classes, want 3", len(opts))
 	}
-	for _, bad := range []string{"0:8x64x8", "4:4x304x2", "4:2x608x2", "0:9x32x8", "10:1x256x3", "0:8x33x8", "0:8x32x0", "0:8x32", "x"} {
+	// "/N" moves a class's end: c1 to 1920 (480 chunks), 2048 to c2.
+	moved := append([]fusedClass(nil), fusedClasses[:]...)
+	if _, err := parseClassGeom("1:2x256x3/480", moved); err != nil {
+		t.Fatal(err)
+	}
+	if moved[1].maxNch != 480 || moved[1].k != 2 || moved[1].maxThreads != 256 {
+		t.Errorf("class 1 after 1:2x256x3/480: %+v", moved[1])
+	}
+	for _, bad := range []string{"1:2x256x3/513", "1:2x256x3/0", "1:2x256x3/", "1:2x256x3/x", "0:8x64x8", "4:4x304x2", "4:2x608x2", "0:9x32x8", "10:1x256x3", "0:8x33x8", "0:8x32x0", "0:8x32", "x"} {
 		if _, err := parseClassGeom(bad, append([]fusedClass(nil), fusedClasses[:]...)); !errors.Is(err, compute.ErrUnsupported) {
 			t.Errorf("parseClassGeom(%q): %v, want an error", bad, err)
 		}
