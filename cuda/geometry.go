@@ -30,8 +30,8 @@ var fusedClasses = [...]fusedClass{
 	{4, 2, 512, 256, 3, false},  // c1: up to 2048
 	{4, 3, 768, 256, 2, false},  // c2: up to 3072
 	{4, 4, 1024, 256, 2, false}, // c3: up to 4096
-	{4, 4, 1216, 320, 2, true},  // c4: up to 4864, w and dw in shared memory
-	{4, 4, 1536, 384, 1, false}, // c5: 4992 up to 6144
+	{4, 4, 1088, 320, 2, true},  // c4: up to 4352, w and dw in shared memory
+	{4, 4, 1536, 384, 1, false}, // c5: 4480 up to 6144
 	{4, 4, 2048, 512, 1, false}, // c6: up to 8192
 	{8, 2, 256, 128, 4, false},  // c7: BF16 and F16 dims up to 2048
 	{8, 2, 512, 256, 3, true},   // c8: up to 4096, w and dw in shared memory

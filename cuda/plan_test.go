@@ -279,7 +279,7 @@ func TestClassOf(t *testing.T) {
 	}
 	for _, c := range []struct{ dim, cw, class, threads int }{
 		{1024, 4, 0, 128}, {768, 4, 0, 96}, {1152, 4, 1, 160}, {2048, 4, 1, 256}, {2560, 4, 2, 224}, {3072, 4, 2, 256},
-		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {4864, 4, 4, 320}, {4992, 4, 5, 320}, {5120, 4, 5, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
+		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {4352, 4, 4, 288}, {4480, 4, 5, 288}, {4864, 4, 5, 320}, {5120, 4, 5, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
 		{6272, 4, 6, 416}, {7168, 4, 6, 448}, {8192, 4, 6, 512},
 		{1024, 8, 7, 64}, {2048, 8, 7, 128}, {2176, 8, 8, 160}, {3072, 8, 8, 192}, {4096, 8, 8, 256}, {4224, 8, 9, 160},
 		{5120, 8, 9, 160}, {8192, 8, 9, 256},
@@ -307,7 +307,7 @@ func TestGeometry(t *testing.T) {
 		{0, 32768, 8192, geom{rg: 249, g: 132, threads: 512, class: 6}, 0},
 		{0, 4096, 4096, geom{rg: 16, g: 256, threads: 256, class: 3}, 0},
 		{0, 16384, 5120, geom{rg: 125, g: 132, threads: 320, class: 5}, 0},
-		{0, 16384, 4864, geom{rg: 63, g: 261, threads: 320, class: 4}, 0},
+		{0, 16384, 4352, geom{rg: 63, g: 261, threads: 288, class: 4}, 0},
 		{0, 16384, 6144, geom{rg: 125, g: 132, threads: 384, class: 5}, 0},
 		{0, 16384, 7168, geom{rg: 125, g: 132, threads: 448, class: 6}, 0},
 		{0, 16384, 1024, geom{rg: 32, g: 512, threads: 128, class: 0}, 0},
@@ -394,9 +394,9 @@ func TestPlanDTypes(t *testing.T) {
 		}
 		return b
 	}
-	// F32 rows: fused class c4 (320 threads); half x: chunks of 8, class c9
+	// F32 rows: fused class c4 (288 threads); half x: chunks of 8, class c9
 	// (160 threads), never slots.
-	const rows, dim = 64, 4864
+	const rows, dim = 64, 4352
 	for _, c := range []struct {
 		name                 string
 		x, w, dy, dx, dw     compute.DType
@@ -405,12 +405,12 @@ func TestPlanDTypes(t *testing.T) {
 		smemKernel, smemStag int // with RMSGRAD_CUDA_STAGES=4
 		threads, smemThreads int
 	}{
-		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 1, 320, 256},
+		{"f32", compute.F32, compute.F32, compute.F32, compute.F32, compute.F32, 0, kFused0 + 4, 0, kRows, 1, 288, 256},
 		{"bf16", compute.BF16, compute.BF16, compute.BF16, compute.BF16, compute.BF16, 1 | 1<<2 | 1<<4 | 1<<6 | 1<<8 | 1<<10, kFused0 + 9, 0, kFused0 + 9, 0, 160, 160},
 		{"bf16 x, dy; f32 w, dw", compute.BF16, compute.F32, compute.BF16, compute.BF16, compute.F32, 1 | 1<<4 | 1<<6 | 1<<10, kFused0 + 9, 0, kFused0 + 9, 0, 160, 160},
 		{"f16 in, f32 grads", compute.F16, compute.F16, compute.F16, compute.F32, compute.F32, 2 | 2<<2 | 2<<4 | 3<<10, kRows, 0, kRows, 0, 160, 160},
 		{"f16", compute.F16, compute.F16, compute.F16, compute.F16, compute.F16, 2 | 2<<2 | 2<<4 | 2<<6 | 2<<8 | 2<<10, kFusedF16 + 9 - firstHalfClass, 0, kFusedF16 + 9 - firstHalfClass, 0, 160, 160},
-		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 1, 320, 256},
+		{"f32 x, dy; bf16 dx", compute.F32, compute.BF16, compute.F32, compute.BF16, compute.BF16, 1<<2 | 1<<6 | 1<<8 | 3<<10, kRows, 0, kRows, 1, 288, 256},
 	} {
 		x, w, dy, r, dx, dw := alloc(c.x, rows, dim), alloc(c.w, dim), alloc(c.dy, rows, dim), alloc(compute.F32, rows), alloc(c.dx, rows, dim), alloc(c.dw, dim)
 		ops := record(t, f, func(cb *compute.CommandBuffer) error {

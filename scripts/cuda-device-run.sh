@@ -91,7 +91,7 @@ if has variants; then
 		IFS='+' read -ra kv <<<"$v"
 		env "${kv[@]}" RMSGRAD_CUDA_SWEEP_DIMS=${VDIMS:-1152,2560,3584,5120,6144,7168} RMSGRAD_CUDA_SWEEP_DTYPES=${VDTYPES:-f32} \
 			RMSGRAD_REQUIRE_CUDA=1 RMSGRAD_CUDA_SWEEP=/tmp/variant.json timeout 150 "${BIN:-bin}"/cuda.test -test.run '^TestBenchSweep$' -test.v 2>&1 |
-			grep -E 'of copy|FAIL|Error' | sed "s/^/[$v] /" >>"$logs/variants.log"
+			grep -E 'of copy|FAIL|Error' | awk -v p="[$v] " '{print p $0}' >>"$logs/variants.log"
 		snap # a run cut short still brings the variants so far
 	done
 fi

@@ -1430,15 +1430,15 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, RMS_C2_K, RMS_C2_S, RMS_C2_R, fal
 #if RMS_PART_IS(5)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, false, RMS_C3_MAXT, RMS_C3_MINB)
 #endif
-// c4: up to 4864 (its blocks would hold 5120), 4 chunks per thread, two
-// blocks of up to 320 per SM, w and the dw sums in shared memory. 4992 and
-// 5120 go to c5: one block a SM with two rows a barrier ran 16384x5120 at
-// 93.4-93.6% of copy on the H100 against 90.7-91.6% here, and lost 2-3
-// points at 4608 (docs/cuda.md).
+// c4: up to 4352 (its blocks would hold 5120), 4 chunks per thread, two
+// blocks of up to 320 per SM, w and the dw sums in shared memory. 4480 to
+// 5120 go to c5 (one block a SM, two rows a barrier, w in registers): on
+// the H100 (runs 38-39, docs/cuda.md) 93.3-97.1% of copy there against
+// 90.9-92.5% in c4; c4 kept 4224 (92.6-93.0% against 91.7-92.2% in c5).
 #if RMS_PART_IS(6)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_R, true, RMS_C4_MAXT, RMS_C4_MINB)
 #endif
-// c5: 4992 up to 6144, 4 chunks per thread, one block of up to 384 per SM
+// c5: 4480 up to 6144, 4 chunks per thread, one block of up to 384 per SM
 // (the registers of two rows and w: up to 168 a thread).
 #if RMS_PART_IS(7)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, false, RMS_C5_MAXT, RMS_C5_MINB)
