@@ -59,9 +59,9 @@ func init() {
 // threads, launch bounds of at least M blocks per SM), K*T as the
 // class's (K*T >= its widest row) so that the classes keep their dims;
 // "c:KxTxM/N" also sets the class's widest row to N chunks (at most K*T),
-// so that wider rows go to the next class of their chunk width (the dims
-// move between classes; a benchmark of where a class should end). It rewrites fusedClasses and gives
-// each class's programs the matching -DRMS_Cc_K/_MAXT/_MINB options
+// so that wider rows go to the next class of their chunk width (a
+// benchmark of where a class should end). It rewrites fusedClasses and
+// gives each class's programs the matching -DRMS_Cc_K/_MAXT/_MINB options
 // (compileOpts). The block size changes the order of the sums, so the bits
 // of the dims of a changed class change with it (and stay the same from
 // run to run and batch to batch).

@@ -336,7 +336,7 @@ func TestParseClassGeom(t *testing.T) {
 	if c := classes[7]; c.k != 1 || c.maxThreads != 256 || c.minBlocks != 3 {
 		t.Errorf("class 7 after the variant: %+v", c)
 	}
-	// c4's blocks hold more than its widest row (1216 chunks, 4 a thread
+	// c4's blocks hold more than its widest row (1088 chunks, 4 a thread
 	// in up to 320 threads): the variant keeps K*T and the dims.
 	if c := classes[4]; c.k != 2 || c.maxThreads != 640 || c.minBlocks != 1 || c.maxNch != fusedClasses[4].maxNch {
 		t.Errorf("class 4 after the variant: %+v", c)
