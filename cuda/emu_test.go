@@ -172,6 +172,20 @@ func TestRunWatched(t *testing.T) {
 	}
 }
 
+// TestWSLayoutOnCPU runs TestKernelsOnCPU's cases with the classes that
+// keep w and the dw sums in shared memory (c4, c8, c9) in the
+// element-major layout (RMS_Cc_WS=1, four scalar accesses a piece; the
+// default is piece-major): the fused kernels against the general kernel
+// launched apart, bit for bit, and the double reference.
+func TestWSLayoutOnCPU(t *testing.T) {
+	bin := buildEmu(t, "testdata/kernel_emu.cpp", kernelDef(t), "-DRMS_C4_WS=1", "-DRMS_C8_WS=1", "-DRMS_C9_WS=1")
+	out, err := runWatched(emuStall, bin)
+	t.Logf("\n%s", out)
+	if err != nil {
+		t.Fatalf("kernels on the CPU with w and dw element-major in shared memory: %v", err)
+	}
+}
+
 // TestClassGeomOnCPU runs TestKernelsOnCPU's cases with classes c0 and c7
 // (F32 dims up to 1024, half dims up to 2048) in blocks of 32 and 64
 // threads, as RMSGRAD_CUDA_CLASS_GEOM compiles them for a benchmark

@@ -153,6 +153,37 @@ func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string, glob
 	}
 }
 
+// testNVRTC loads the NVRTC of RMSGRAD_TEST_NVRTC (or the usual places)
+// and returns it, its path and version; it skips the test without one
+// (fails it under RMSGRAD_REQUIRE_SERVERS=1).
+func testNVRTC(t *testing.T) (nv *nvrtcAPI, lib string, major, minor int32) {
+	t.Helper()
+	cands := nvrtcCandidates()
+	if p := os.Getenv("RMSGRAD_TEST_NVRTC"); p != "" {
+		cands = []string{p}
+	}
+	nv, lib, err := loadNVRTCFrom(cands)
+	if err != nil {
+		if os.Getenv("RMSGRAD_REQUIRE_SERVERS") == "1" {
+			t.Fatalf("NVRTC is required (RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) unpacks one): %v", err)
+		}
+		t.Skipf("no NVRTC here (RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) unpacks Debian's): %v", err)
+	}
+	nv.nvrtcVersion(&major, &minor)
+	t.Logf("NVRTC %d.%d from %s", major, minor, lib)
+	return nv, lib, major, minor
+}
+
+// localUnder118 is the local memory (spills) a fused kernel may use under
+// NVRTC 11.8, in bytes a thread; every other kernel uses none. c8 keeps w
+// and the dw sums piece-major in shared memory at 80 registers (three
+// blocks of 256 a SM) and spills 8 bytes, which ran faster on the H100
+// than the spill-free variants (shaders/rms_norm_backward.cu, RMS_C8_WS).
+var localUnder118 = map[string]int{
+	"rms_norm_backward_rows_fused_c8":     8,
+	"rms_norm_backward_rows_fused_c8_f16": 8,
+}
+
 // TestKernelsNVRTC compiles every program of the kernels (kernelParts) with
 // NVRTC, through the backend's own compileKernels (its options, its
 // RMS_PART split), for sm_90 (H100, H200) and sm_80 (A100), on a machine
@@ -184,30 +215,9 @@ func checkSASS(t *testing.T, lib string, cubins []result, parts [][]string, glob
 //
 // Registers and local memory per kernel are logged; with
 // RMSGRAD_CUDA_RESOURCES=file.md they are also written as a table. Local
-// memory is asserted only under NVRTC 11.8 (localBudget118): it depends on
+// memory is asserted only under NVRTC 11.8 (localUnder118 names the exceptions): it depends on
 // the compiler's version, and the GPU hosts run a newer NVRTC than the
 // one here (TestOpen logs theirs).
-// testNVRTC loads the NVRTC of RMSGRAD_TEST_NVRTC (or the usual places)
-// and returns it, its path and version; it skips the test without one
-// (fails it under RMSGRAD_REQUIRE_SERVERS=1).
-func testNVRTC(t *testing.T) (nv *nvrtcAPI, lib string, major, minor int32) {
-	t.Helper()
-	cands := nvrtcCandidates()
-	if p := os.Getenv("RMSGRAD_TEST_NVRTC"); p != "" {
-		cands = []string{p}
-	}
-	nv, lib, err := loadNVRTCFrom(cands)
-	if err != nil {
-		if os.Getenv("RMSGRAD_REQUIRE_SERVERS") == "1" {
-			t.Fatalf("NVRTC is required (RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) unpacks one): %v", err)
-		}
-		t.Skipf("no NVRTC here (RMSGRAD_TEST_NVRTC=$(scripts/nvrtc.sh) unpacks Debian's): %v", err)
-	}
-	nv.nvrtcVersion(&major, &minor)
-	t.Logf("NVRTC %d.%d from %s", major, minor, lib)
-	return nv, lib, major, minor
-}
-
 func TestKernelsNVRTC(t *testing.T) {
 	nv, lib, major, minor := testNVRTC(t)
 
@@ -290,8 +300,8 @@ func TestKernelsNVRTC(t *testing.T) {
 					arch, gen.MaxThreads, c, fc.maxThreads)
 			}
 			if major == 11 && minor == 8 && os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS") == "" {
-				if k.Local > 0 {
-					t.Errorf("%s: %s uses %d bytes of local memory a thread (spills) under NVRTC 11.8; it used none", arch, name, k.Local)
+				if allowed := localUnder118[name]; k.Local > allowed {
+					t.Errorf("%s: %s uses %d bytes of local memory a thread (spills) under NVRTC 11.8; it used %d", arch, name, k.Local, allowed)
 				}
 			}
 		}

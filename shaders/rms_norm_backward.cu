@@ -563,10 +563,11 @@ struct Chunk<T_F16> : HalfChunk<T_F16> {};
 // the sums depend on T and CW (the elements each thread owns) and not on
 // K, S, R or WS. IO is the dtype of x, dy and dx (T_ANY: each its own,
 // read at run time).
-template <int K, int S, int R, bool WS, bool FUSED, int IO, int CW>
+template <int K, int S, int R, int WS, bool FUSED, int IO, int CW>
 __device__ void rows_regs(const Job& J, int grp, float* red) {
 	static_assert(S % R == 0 && R <= RMS_RMAX, "R rows a barrier, R dividing S");
-	static_assert(FUSED || !WS, "w in shared memory on the fused path only");
+	static_assert(FUSED || WS == 0, "w in shared memory on the fused path only");
+	static_assert(WS >= 0 && WS <= 2, "WS: 0 registers, 1 element-major, 2 piece-major");
 	static_assert(CW == 4 || CW == 8, "chunks of 4 or 8 elements");
 	constexpr int P = CW / 4;  // pieces a chunk
 	constexpr int KP = K * P;  // pieces a thread
@@ -592,8 +593,13 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 	float wv[KR][4], dwacc[KR][4];
 	float* sw = reinterpret_cast<float*>(rms_dyn); // WS only: w, then the dw sums
 	float* sdw = sw + CW * nch;
+	float4* sw4 = rms_dyn;                          // WS 2: the same, as pieces
+	float4* sdw4 = sw4 + P * nch;
 	// Element q of piece (k, h): chunk t + k*T, row element (t+k*T)*CW + 4h + q,
-	// in shared memory (WS) at (4h + q)*nch + chunk.
+	// in shared memory at (4h + q)*nch + chunk (WS 1, element-major:
+	// scalar accesses, a warp's in 32 banks) or as element q of the float4
+	// h*nch + chunk (WS 2, piece-major: one 16-byte access a piece, a
+	// warp's 512 consecutive bytes).
 	Chunk<IO> xs[S][KP], ds[S][KP];
 #pragma unroll
 	for (int k = 0; k < K; k++) {
@@ -603,7 +609,12 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 			const int e = c * CW + 4 * h;
 			float w4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 			if (doDX && e < dim) loadT<T_ANY>(J.w, e, dim, vec, w4, tw);
-			if constexpr (WS) {
+			if constexpr (WS == 2) {
+				if (c < nch) {
+					sw4[h * nch + c] = make_float4(w4[0], w4[1], w4[2], w4[3]);
+					sdw4[h * nch + c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				}
+			} else if constexpr (WS == 1) {
 				if (c < nch) {
 #pragma unroll
 					for (int q = 0; q < 4; q++) {
@@ -627,9 +638,17 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 	}
 	// getw gives piece (k, h)'s w.
 	auto getw = [&](int k, int h, int c, float w4[4]) {
+		if constexpr (WS == 2) {
+			const float4 v = sw4[h * nch + c];
+			w4[0] = v.x;
+			w4[1] = v.y;
+			w4[2] = v.z;
+			w4[3] = v.w;
+			return;
+		}
 #pragma unroll
 		for (int q = 0; q < 4; q++) {
-			if constexpr (WS) w4[q] = sw[(4 * h + q) * nch + c];
+			if constexpr (WS == 1) w4[q] = sw[(4 * h + q) * nch + c];
 			else w4[q] = wv[k * P + h][q];
 		}
 	};
@@ -720,10 +739,17 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 									dx4(xv, dv, w4, r, cc, o[h]);
 									if (!FUSED && dim == 1) o[h][0] = dx_dim1(dv[0], w4[0], r, J.eps);
 								}
-								if (doDW) {
+								if (WS == 2 && doDW) {
+									float4 a = sdw4[h * nch + c];
+									a.x = __fmaf_rn(__fmul_rn(dv[0], xv[0]), r, a.x);
+									a.y = __fmaf_rn(__fmul_rn(dv[1], xv[1]), r, a.y);
+									a.z = __fmaf_rn(__fmul_rn(dv[2], xv[2]), r, a.z);
+									a.w = __fmaf_rn(__fmul_rn(dv[3], xv[3]), r, a.w);
+									sdw4[h * nch + c] = a;
+								} else if (doDW) {
 #pragma unroll
 									for (int q2 = 0; q2 < 4; q2++) {
-										if constexpr (WS) {
+										if constexpr (WS == 1) {
 											float& a = sdw[(4 * h + q2) * nch + c];
 											a = __fmaf_rn(__fmul_rn(dv[q2], xv[q2]), r, a);
 										} else {
@@ -764,7 +790,11 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 			for (int h = 0; h < P; h++) {
 				const int e = c * CW + 4 * h;
 				if (e < dim) {
-					if constexpr (WS) {
+					if constexpr (WS == 2) {
+						const float4 v = sdw4[h * nch + c];
+						const float a[4] = {v.x, v.y, v.z, v.w};
+						store_dw(J, grp, e, dim, vec, a);
+					} else if constexpr (WS == 1) {
 						float a[4];
 #pragma unroll
 						for (int q = 0; q < 4; q++) a[q] = sdw[(4 * h + q) * nch + c];
@@ -1132,14 +1162,14 @@ template <int IO, int CW>
 __device__ __forceinline__ void rows_any(const Job& J, int grp, float* red, int K) {
 	switch (K) {
 	case 1:
-		rows_regs<1, 2, 1, false, false, IO, CW>(J, grp, red);
+		rows_regs<1, 2, 1, 0, false, IO, CW>(J, grp, red);
 		break;
 	case 2:
-		rows_regs<2, 2, 1, false, false, IO, CW>(J, grp, red);
+		rows_regs<2, 2, 1, 0, false, IO, CW>(J, grp, red);
 		break;
 	case 3:
 	case 4:
-		rows_regs<4, 2, 1, false, false, IO, CW>(J, grp, red);
+		rows_regs<4, 2, 1, 0, false, IO, CW>(J, grp, red);
 		break;
 	default:
 		// Over 4 chunks per thread: x and dy re-read, no register arrays.
@@ -1300,6 +1330,26 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #ifndef RMS_C9_R
 #define RMS_C9_R 2
 #endif
+// The layout of w and the dw sums of the classes that keep them in shared
+// memory (c4, c8, c9; rows_regs' WS): 2 piece-major, one 16-byte access a
+// piece of 4 elements; 1 element-major, four scalar accesses. The same
+// operations in the same order either way, so the same bits. On the H100
+// (runs 42-44, docs/cuda.md), piece-major took bf16 in c8 (2176-4096) up
+// 2.5-5.7 points (16384x4096: 91.6% against 88.8%) and in c9 (4224-8192)
+// 3-6 points (8192: 93.5% against 90.5%); f32 in c4 moved within the
+// noise. c8 spills 8 bytes in it under NVRTC 11.8 and is still the faster:
+// updating the dw sums after the chunk's dx store spills none and ran 0.3-1
+// point slower; w piece-major with the dw sums element-major, 3-7 points
+// slower at 3072-4096.
+#ifndef RMS_C4_WS
+#define RMS_C4_WS 2
+#endif
+#ifndef RMS_C8_WS
+#define RMS_C8_WS 2
+#endif
+#ifndef RMS_C9_WS
+#define RMS_C9_WS 2
+#endif
 // Each class's chunks per thread (K), most threads a block (MAXT) and
 // fewest blocks per SM (MINB) may be overridden for benchmark variants
 // with K*MAXT unchanged (the host's RMSGRAD_CUDA_CLASS_GEOM passes them,
@@ -1416,19 +1466,19 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // c0: F32 dims up to 1024 (256 chunks), 2 chunks per thread, four blocks
 // of up to 128 per SM.
 #if RMS_PART_IS(2)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, RMS_C0_K, RMS_C0_S, RMS_C0_R, false, RMS_C0_MAXT, RMS_C0_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, RMS_C0_K, RMS_C0_S, RMS_C0_R, 0, RMS_C0_MAXT, RMS_C0_MINB)
 #endif
 // c1: up to 2048, 2 chunks per thread.
 #if RMS_PART_IS(3)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c1, RMS_C1_K, RMS_C1_S, RMS_C1_R, false, RMS_C1_MAXT, RMS_C1_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c1, RMS_C1_K, RMS_C1_S, RMS_C1_R, 0, RMS_C1_MAXT, RMS_C1_MINB)
 #endif
 // c2: up to 3072, 3 chunks per thread.
 #if RMS_PART_IS(4)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, RMS_C2_K, RMS_C2_S, RMS_C2_R, false, RMS_C2_MAXT, RMS_C2_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, RMS_C2_K, RMS_C2_S, RMS_C2_R, 0, RMS_C2_MAXT, RMS_C2_MINB)
 #endif
 // c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
 #if RMS_PART_IS(5)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, false, RMS_C3_MAXT, RMS_C3_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, 0, RMS_C3_MAXT, RMS_C3_MINB)
 #endif
 // c4: up to 4352 (its blocks would hold 5120), 4 chunks per thread, two
 // blocks of up to 320 per SM, w and the dw sums in shared memory. 4480 to
@@ -1436,25 +1486,25 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, fal
 // the H100 (runs 38-39, docs/cuda.md) 93.3-97.1% of copy there against
 // 90.9-92.5% in c4; c4 kept 4224 (92.6-93.0% against 91.7-92.2% in c5).
 #if RMS_PART_IS(6)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_R, true, RMS_C4_MAXT, RMS_C4_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_R, RMS_C4_WS, RMS_C4_MAXT, RMS_C4_MINB)
 #endif
 // c5: 4480 up to 6144, 4 chunks per thread, one block of up to 384 per SM
 // (the registers of two rows and w: up to 168 a thread).
 #if RMS_PART_IS(7)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, false, RMS_C5_MAXT, RMS_C5_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, 0, RMS_C5_MAXT, RMS_C5_MINB)
 #endif
 // c6: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
 #if RMS_PART_IS(8)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, RMS_C6_K, RMS_C6_S, RMS_C6_R, false, RMS_C6_MAXT, RMS_C6_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, RMS_C6_K, RMS_C6_S, RMS_C6_R, 0, RMS_C6_MAXT, RMS_C6_MINB)
 #endif
 // c7: BF16 and F16 dims up to 2048, 2 chunks of 8 per thread, four blocks
 // of up to 128 per SM, two rows in registers (parts 9 and 12: the BF16 and
 // the F16 kernel).
 #if RMS_PART_IS(9)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, RMS_C7_K, RMS_C7_S, RMS_C7_R, false, RMS_C7_MAXT, RMS_C7_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, RMS_C7_K, RMS_C7_S, RMS_C7_R, 0, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
 #if RMS_PART_IS(12)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, RMS_C7_K, RMS_C7_S, RMS_C7_R, false, RMS_C7_MAXT, RMS_C7_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, RMS_C7_K, RMS_C7_S, RMS_C7_R, 0, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
 // c8: BF16 and F16 dims up to 4096, 2 chunks of 8 per thread, blocks of
 // up to 256 (three per SM at 256: RMS_C8_MINB), w and the dw sums in
@@ -1463,10 +1513,10 @@ RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, RMS_C7_K, RMS_C7_S, R
 #define RMS_C8_MINB 3
 #endif
 #if RMS_PART_IS(10)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, T_BF16, RMS_C8_K, RMS_C8_S, RMS_C8_R, true, RMS_C8_MAXT, RMS_C8_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, T_BF16, RMS_C8_K, RMS_C8_S, RMS_C8_R, RMS_C8_WS, RMS_C8_MAXT, RMS_C8_MINB)
 #endif
 #if RMS_PART_IS(13)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, RMS_C8_K, RMS_C8_S, RMS_C8_R, true, RMS_C8_MAXT, RMS_C8_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, RMS_C8_K, RMS_C8_S, RMS_C8_R, RMS_C8_WS, RMS_C8_MAXT, RMS_C8_MINB)
 #endif
 // c9: BF16 and F16 dims up to 8192, 4 chunks of 8 per thread, blocks of
 // up to 256 (two to four per SM), w and the dw sums in shared memory
@@ -1484,7 +1534,7 @@ RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, RMS_C8_K, RMS_C8_S, R
 		rows_slots<4, RMS_C9_SLOTS, RMS_C9_SLOTS_R, IO>(J, grp, red);            \
 	}
 #else
-#define RMS_FUSED_C9(NAME, IO) RMS_FUSED_HALF(NAME, IO, RMS_C9_K, RMS_C9_S, RMS_C9_R, true, RMS_C9_MAXT, RMS_C9_MINB)
+#define RMS_FUSED_C9(NAME, IO) RMS_FUSED_HALF(NAME, IO, RMS_C9_K, RMS_C9_S, RMS_C9_R, RMS_C9_WS, RMS_C9_MAXT, RMS_C9_MINB)
 #endif
 #if RMS_PART_IS(11)
 RMS_FUSED_C9(rms_norm_backward_rows_fused_c9, T_BF16)
