@@ -188,11 +188,12 @@ func TestWSLayoutOnCPU(t *testing.T) {
 
 // TestClassGeomOnCPU runs TestKernelsOnCPU's cases with classes c0 and c7
 // (F32 dims up to 1024, half dims up to 2048) in blocks of 32 and 64
-// threads, as RMSGRAD_CUDA_CLASS_GEOM compiles them for a benchmark
-// variant: the fused kernels against the general kernel launched apart
-// with the same block size, bit for bit, and the double reference.
+// threads, c7 with w and the dw sums in shared memory, as
+// RMSGRAD_CUDA_CLASS_GEOM compiles them for a benchmark variant: the fused
+// kernels against the general kernel launched apart with the same block
+// size, bit for bit, and the double reference.
 func TestClassGeomOnCPU(t *testing.T) {
-	opts, err := parseClassGeom("0:8x32x8,7:4x64x6", append([]fusedClass(nil), fusedClasses[:]...))
+	opts, err := parseClassGeom("0:8x32x8,7:4x64x6s", append([]fusedClass(nil), fusedClasses[:]...))
 	if err != nil {
 		t.Fatal(err)
 	}

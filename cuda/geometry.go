@@ -60,8 +60,10 @@ func init() {
 // class's (K*T >= its widest row) so that the classes keep their dims;
 // "c:KxTxM/N" also sets the class's widest row to N chunks (at most K*T),
 // so that wider rows go to the next class of their chunk width (a
-// benchmark of where a class should end). It rewrites fusedClasses and
-// gives each class's programs the matching -DRMS_Cc_K/_MAXT/_MINB options
+// benchmark of where a class should end); a final "s" keeps the class's w
+// and dw sums in shared memory (piece-major, 8*dim bytes a block) and a
+// final "r" in registers. It rewrites fusedClasses and gives each class's
+// programs the matching -DRMS_Cc_K/_MAXT/_MINB (and _WS) options
 // (compileOpts). The block size changes the order of the sums, so the bits
 // of the dims of a changed class change with it (and stay the same from
 // run to run and batch to batch).
@@ -91,11 +93,15 @@ func parseClassGeom(v string, classes []fusedClass) (map[int][]string, error) {
 	opts := map[int][]string{}
 	for _, item := range strings.Split(v, ",") {
 		var c, k, t, m, nch int
+		spec, ws := item, ""
+		if n := len(spec); n > 0 && (spec[n-1] == 's' || spec[n-1] == 'r') {
+			spec, ws = spec[:n-1], spec[n-1:]
+		}
 		hasN := true
-		if n, err := fmt.Sscanf(item, "%d:%dx%dx%d/%d", &c, &k, &t, &m, &nch); n != 5 || err != nil {
+		if n, err := fmt.Sscanf(spec, "%d:%dx%dx%d/%d", &c, &k, &t, &m, &nch); n != 5 || err != nil || fmt.Sprintf("%d:%dx%dx%d/%d", c, k, t, m, nch) != spec {
 			hasN = false
-			if n, err := fmt.Sscanf(item, "%d:%dx%dx%d", &c, &k, &t, &m); err != nil || n != 4 || strings.Contains(item, "/") {
-				return nil, bad(item, "want c:KxTxM or c:KxTxM/N (class, chunks per thread, threads, blocks per SM; widest row in chunks)")
+			if n, err := fmt.Sscanf(spec, "%d:%dx%dx%d", &c, &k, &t, &m); err != nil || n != 4 || fmt.Sprintf("%d:%dx%dx%d", c, k, t, m) != spec {
+				return nil, bad(item, "want c:KxTxM or c:KxTxM/N, optionally ending in s or r (class, chunks per thread, threads, blocks per SM; widest row in chunks; w and the dw sums in shared memory or registers)")
 			}
 		}
 		if c < 0 || c >= len(classes) {
@@ -118,8 +124,16 @@ func parseClassGeom(v string, classes []fusedClass) (map[int][]string, error) {
 		if hasN {
 			fc.maxNch = nch
 		}
-		classes[c] = fc
 		opts[c] = []string{fmt.Sprintf("-DRMS_C%d_K=%d", c, k), fmt.Sprintf("-DRMS_C%d_MAXT=%d", c, t), fmt.Sprintf("-DRMS_C%d_MINB=%d", c, m)}
+		switch ws {
+		case "s":
+			fc.ws = true
+			opts[c] = append(opts[c], fmt.Sprintf("-DRMS_C%d_WS=2", c))
+		case "r":
+			fc.ws = false
+			opts[c] = append(opts[c], fmt.Sprintf("-DRMS_C%d_WS=0", c))
+		}
+		classes[c] = fc
 	}
 	return opts, nil
 }

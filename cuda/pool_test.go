@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -358,7 +359,23 @@ func TestParseClassGeom(t *testing.T) {
 	if moved[1].maxNch != 480 || moved[1].k != 2 || moved[1].maxThreads != 256 {
 		t.Errorf("class 1 after 1:2x256x3/480: %+v", moved[1])
 	}
-	for _, bad := range []string{"1:2x256x3/513", "1:2x256x3/0", "1:2x256x3/", "1:2x256x3/x", "0:8x64x8", "4:4x304x2", "4:2x608x2", "0:9x32x8", "10:1x256x3", "0:8x33x8", "0:8x32x0", "0:8x32", "x"} {
+	// A final "s" moves w and the dw sums to shared memory, "r" to registers.
+	ws := append([]fusedClass(nil), fusedClasses[:]...)
+	wopts, err := parseClassGeom("7:2x128x6s,8:2x256x3r,9:4x256x2/768s", ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ws[7].ws || ws[7].minBlocks != 6 || ws[8].ws || !ws[9].ws || ws[9].maxNch != 768 {
+		t.Errorf("after 7:2x128x6s,8:2x256x3r,9:4x256x2/768s: c7 %+v, c8 %+v, c9 %+v", ws[7], ws[8], ws[9])
+	}
+	if !slices.Contains(wopts[7], "-DRMS_C7_WS=2") || !slices.Contains(wopts[8], "-DRMS_C8_WS=0") || !slices.Contains(wopts[9], "-DRMS_C9_WS=2") {
+		t.Errorf("options %v", wopts)
+	}
+	plain := append([]fusedClass(nil), fusedClasses[:]...)
+	if popts, err := parseClassGeom("7:2x128x4,8:2x256x3", plain); err != nil || plain[7].ws || !plain[8].ws || slices.ContainsFunc(append(popts[7], popts[8]...), func(o string) bool { return strings.Contains(o, "_WS") }) {
+		t.Errorf("without a final s or r: %v, c7 %+v, c8 %+v, options %v (want each class's own)", err, plain[7], plain[8], popts)
+	}
+	for _, bad := range []string{"7:2x128x4ss", "7:2x128x4x", "7:2x128x4 s", "7:2x128x4/s", "s", "1:2x256x3/513", "1:2x256x3/0", "1:2x256x3/", "1:2x256x3/x", "0:8x64x8", "4:4x304x2", "4:2x608x2", "0:9x32x8", "10:1x256x3", "0:8x33x8", "0:8x32x0", "0:8x32", "x"} {
 		if _, err := parseClassGeom(bad, append([]fusedClass(nil), fusedClasses[:]...)); !errors.Is(err, compute.ErrUnsupported) {
 			t.Errorf("parseClassGeom(%q): %v, want an error", bad, err)
 		}

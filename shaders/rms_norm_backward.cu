@@ -1350,6 +1350,30 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #ifndef RMS_C9_WS
 #define RMS_C9_WS 2
 #endif
+// The other classes hold w and the dw sums in registers (WS 0); a
+// benchmark variant (RMSGRAD_CUDA_CLASS_GEOM's "s", which also gives the
+// blocks their 8*dim bytes) may move them to shared memory.
+#ifndef RMS_C0_WS
+#define RMS_C0_WS 0
+#endif
+#ifndef RMS_C1_WS
+#define RMS_C1_WS 0
+#endif
+#ifndef RMS_C2_WS
+#define RMS_C2_WS 0
+#endif
+#ifndef RMS_C3_WS
+#define RMS_C3_WS 0
+#endif
+#ifndef RMS_C5_WS
+#define RMS_C5_WS 0
+#endif
+#ifndef RMS_C6_WS
+#define RMS_C6_WS 0
+#endif
+#ifndef RMS_C7_WS
+#define RMS_C7_WS 0
+#endif
 // Each class's chunks per thread (K), most threads a block (MAXT) and
 // fewest blocks per SM (MINB) may be overridden for benchmark variants
 // with K*MAXT unchanged (the host's RMSGRAD_CUDA_CLASS_GEOM passes them,
@@ -1466,19 +1490,19 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // c0: F32 dims up to 1024 (256 chunks), 2 chunks per thread, four blocks
 // of up to 128 per SM.
 #if RMS_PART_IS(2)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, RMS_C0_K, RMS_C0_S, RMS_C0_R, 0, RMS_C0_MAXT, RMS_C0_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c0, RMS_C0_K, RMS_C0_S, RMS_C0_R, RMS_C0_WS, RMS_C0_MAXT, RMS_C0_MINB)
 #endif
 // c1: up to 2048, 2 chunks per thread.
 #if RMS_PART_IS(3)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c1, RMS_C1_K, RMS_C1_S, RMS_C1_R, 0, RMS_C1_MAXT, RMS_C1_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c1, RMS_C1_K, RMS_C1_S, RMS_C1_R, RMS_C1_WS, RMS_C1_MAXT, RMS_C1_MINB)
 #endif
 // c2: up to 3072, 3 chunks per thread.
 #if RMS_PART_IS(4)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, RMS_C2_K, RMS_C2_S, RMS_C2_R, 0, RMS_C2_MAXT, RMS_C2_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c2, RMS_C2_K, RMS_C2_S, RMS_C2_R, RMS_C2_WS, RMS_C2_MAXT, RMS_C2_MINB)
 #endif
 // c3: up to 4096, 4 chunks per thread, two blocks of up to 256 per SM.
 #if RMS_PART_IS(5)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, 0, RMS_C3_MAXT, RMS_C3_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c3, RMS_C3_K, RMS_C3_S, RMS_C3_R, RMS_C3_WS, RMS_C3_MAXT, RMS_C3_MINB)
 #endif
 // c4: up to 4352 (its blocks would hold 5120), 4 chunks per thread, two
 // blocks of up to 320 per SM, w and the dw sums in shared memory. 4480 to
@@ -1491,20 +1515,20 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_R, RMS
 // c5: 4480 up to 6144, 4 chunks per thread, one block of up to 384 per SM
 // (the registers of two rows and w: up to 168 a thread).
 #if RMS_PART_IS(7)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, 0, RMS_C5_MAXT, RMS_C5_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, RMS_C5_WS, RMS_C5_MAXT, RMS_C5_MINB)
 #endif
 // c6: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
 #if RMS_PART_IS(8)
-RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, RMS_C6_K, RMS_C6_S, RMS_C6_R, 0, RMS_C6_MAXT, RMS_C6_MINB)
+RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, RMS_C6_K, RMS_C6_S, RMS_C6_R, RMS_C6_WS, RMS_C6_MAXT, RMS_C6_MINB)
 #endif
 // c7: BF16 and F16 dims up to 2048, 2 chunks of 8 per thread, four blocks
 // of up to 128 per SM, two rows in registers (parts 9 and 12: the BF16 and
 // the F16 kernel).
 #if RMS_PART_IS(9)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, RMS_C7_K, RMS_C7_S, RMS_C7_R, 0, RMS_C7_MAXT, RMS_C7_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, RMS_C7_K, RMS_C7_S, RMS_C7_R, RMS_C7_WS, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
 #if RMS_PART_IS(12)
-RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, RMS_C7_K, RMS_C7_S, RMS_C7_R, 0, RMS_C7_MAXT, RMS_C7_MINB)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, RMS_C7_K, RMS_C7_S, RMS_C7_R, RMS_C7_WS, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
 // c8: BF16 and F16 dims up to 4096, 2 chunks of 8 per thread, blocks of
 // up to 256 (three per SM at 256: RMS_C8_MINB), w and the dw sums in
