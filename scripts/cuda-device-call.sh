@@ -10,20 +10,20 @@
 # and the f32 harness. Usage: scripts/cuda-device-call.sh $OUT
 # (CALL_VARIANTS: another variant list; STEPS, VDIMS: see below).
 OUT=${1:?}
-# Runs 37-39 (docs/cuda.md, Width classes chosen on the H100) made c0
-# and c7 blocks of up to 128 threads, two chunks each, four blocks a SM
-# (c7 with two rows in registers), and sent 4480-5120 f32 to c5; run 40
-# measured them on an H100. Here, meant for an H200 (the targets name it):
-# the conformance suite and the bench, then c54d6da's c0 and c7 (O) and
-# its c4 end (P: 4480-5120 back in c4) beside the defaults (N), then make
+# Runs 42-46 (docs/cuda.md) made w and the dw sums piece-major in
+# shared memory (c4, c8, c9) and measured them on H100s. Here, meant for
+# an H200 (the targets name it): the conformance suite and the bench,
+# then two leads of runs 41 and 46 beside the defaults (N): X = c7 with w
+# and the dw sums in shared memory at six blocks a SM (run 46: +3-5
+# points at bf16 1536-2048, -2 at 1024) and c6 at one row a barrier (the
+# harness of run 41: f32 7168 at 98.1-98.4% against 95.6-95.9%), then make
 # bench on the host and the f32 harness.
 G='RMSGRAD_CUDA_CLASS_GEOM'
 N='RMSGRAD_NOOP=1'
-O="$G=0:1x256x3,7:1x256x3+RMSGRAD_CUDA_NVRTC_OPTS=-DRMS_C7_S=4"
-P="$G=4:4x320x2/1280"
-V="$N;$O;$P;$N;$O;$P;$N"
+X="$G=7:2x128x6s+RMSGRAD_CUDA_NVRTC_OPTS=-DRMS_C6_R=1"
+V="$N;$X;$N;$X;$N;$X;$N"
 V=${CALL_VARIANTS:-$V} # another list, in the same form
-: "${VDIMS:=1024,1152,1536,2048,4224,4352,4480,4864,5120,5248}"
+: "${VDIMS:=1024,1152,1536,2048,6272,7168,8192}"
 export BIN=.devrun/bin HOSTBENCH_TIMEOUT=170 HOSTBENCH_FLAGS='-only e2e -repeat 3 -inproc-backend cuda'
 scripts/cuda-device-run.sh "$OUT/a" "${STEPS:-conf bench}"
 echo "after a: ${SECONDS}s"

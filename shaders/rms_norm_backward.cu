@@ -1335,12 +1335,12 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // piece of 4 elements; 1 element-major, four scalar accesses. The same
 // operations in the same order either way, so the same bits. On the H100
 // (runs 42-44, docs/cuda.md), piece-major took bf16 in c8 (2176-4096) up
-// 2.5-5.7 points (16384x4096: 91.6% against 88.8%) and in c9 (4224-8192)
-// 3-6 points (8192: 93.5% against 90.5%); f32 in c4 moved within the
+// 2.4-5.7 points (16384x4096: 91.6% against 88.8%) and in c9 (4224-8192)
+// 3.0-5.7 points (8192: 93.5% against 90.5%); f32 in c4 moved within the
 // noise. c8 spills 8 bytes in it under NVRTC 11.8 and is still the faster:
-// updating the dw sums after the chunk's dx store spills none and ran 0.3-1
-// point slower; w piece-major with the dw sums element-major, 3-7 points
-// slower at 3072-4096.
+// updating the dw sums after the chunk's dx store spills none and ran
+// 0.5-2.2 points slower (a tie at 3072); w piece-major with the dw sums
+// element-major lost 4.4-5.7 points to element-major at 3072-4096.
 #ifndef RMS_C4_WS
 #define RMS_C4_WS 2
 #endif
