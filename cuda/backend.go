@@ -601,10 +601,15 @@ func (b *Backend) compileOpts(p int) []string {
 // optClass returns k for an option -DRMS_C<k>_... (a fused class's macro).
 func optClass(o string) (int, bool) {
 	rest, ok := strings.CutPrefix(o, "-DRMS_C")
-	if !ok || len(rest) < 2 || rest[0] < '0' || rest[0] > '9' || rest[1] != '_' {
+	if !ok {
 		return 0, false
 	}
-	return int(rest[0] - '0'), true
+	digits, _, ok := strings.Cut(rest, "_")
+	if !ok || digits == "" || len(digits) > 2 || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	k, err := strconv.Atoi(digits)
+	return k, err == nil
 }
 
 // partHoldsClass reports whether NVRTC program p holds a kernel of fused
@@ -619,11 +624,11 @@ func partHoldsClass(p, k int) bool {
 }
 
 // halfSlotsClass is the fused class that RMSGRAD_CUDA_HALF_SLOTS compiles
-// with its rows in shared-memory slots: c9, half rows up to 8192.
+// with its rows in shared-memory slots: c9, half rows 4224-5120.
 const halfSlotsClass = 9
 
 // halfSlotsEnv reads RMSGRAD_CUDA_HALF_SLOTS, a benchmark variant of class
-// c9 (half rows up to 8192): "P" or "P,R" compiles it with x and dy in P
+// c9 (half rows 4224-5120): "P" or "P,R" compiles it with x and dy in P
 // shared-memory slots filled by asynchronous copies, R rows a barrier
 // (default 1), P-R rows in flight (rows_slots in the .cu). Unset or "0":
 // none (p = 0).

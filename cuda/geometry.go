@@ -23,7 +23,7 @@ type fusedClass struct {
 	ws                                   bool
 }
 
-// fusedClasses are the .cu's classes c0..c9 (shaders.CUDARowsFusedKernels),
+// fusedClasses are the .cu's classes c0..c11 (shaders.CUDARowsFusedKernels),
 // in order of chunk width, then width.
 var fusedClasses = [...]fusedClass{
 	{4, 2, 256, 128, 4, false},  // c0: F32 dims up to 1024
@@ -35,11 +35,13 @@ var fusedClasses = [...]fusedClass{
 	{4, 4, 2048, 512, 1, false}, // c6: up to 8192
 	{8, 2, 256, 128, 4, false},  // c7: BF16 and F16 dims up to 2048
 	{8, 2, 512, 256, 3, true},   // c8: up to 4096, w and dw in shared memory
-	{8, 4, 1024, 256, 2, true},  // c9: up to 8192, w and dw in shared memory
+	{8, 4, 640, 256, 2, true},   // c9: up to 5120, w and dw in shared memory
+	{8, 4, 768, 256, 3, true},   // c10: 5248 up to 6144 (blocks of 192, four a SM), one row a barrier
+	{8, 4, 1024, 256, 2, true},  // c11: up to 8192, c9's kernel
 }
 
 // firstHalfClass is the first class of chunks of 8 (BF16 and F16 rows):
-// c7..c9 each have a BF16 and an F16 kernel.
+// c7..c11 each have a BF16 and an F16 kernel.
 const firstHalfClass = 7
 
 func init() {

@@ -282,7 +282,7 @@ func TestClassOf(t *testing.T) {
 		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {4352, 4, 4, 288}, {4480, 4, 5, 288}, {4864, 4, 5, 320}, {5120, 4, 5, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
 		{6272, 4, 6, 416}, {7168, 4, 6, 448}, {8192, 4, 6, 512},
 		{1024, 8, 7, 64}, {2048, 8, 7, 128}, {2176, 8, 8, 160}, {3072, 8, 8, 192}, {4096, 8, 8, 256}, {4224, 8, 9, 160},
-		{5120, 8, 9, 160}, {8192, 8, 9, 256},
+		{5120, 8, 9, 160}, {5248, 8, 10, 192}, {6144, 8, 10, 192}, {6272, 8, 11, 224}, {8192, 8, 11, 256},
 	} {
 		if cl, th := classOf(c.dim, c.cw); cl != c.class || th != c.threads {
 			t.Errorf("classOf(%d, %d) = %d, %d; want %d, %d", c.dim, c.cw, cl, th, c.class, c.threads)
@@ -325,11 +325,12 @@ func TestGeometry(t *testing.T) {
 		{4, 1000, 257, geom{rg: 4, g: 250, threads: 256, class: -1}, 0},
 		{4, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 0},
 		{2, 4096, 4096, geom{rg: 16, g: 256, stages: 2, threads: 256, class: -1}, 0},
-		// Half rows (chunks of 8): classes c7, c8 and c9, never slots.
+		// Half rows (chunks of 8): classes c7 to c11, never slots.
 		{0, 16384, 4096, geom{rg: 42, g: 391, threads: 256, class: 8}, 8},
 		{0, 16384, 2176, geom{rg: 25, g: 656, threads: 160, class: 8}, 8},
 		{0, 16384, 4224, geom{rg: 42, g: 391, threads: 160, class: 9}, 8},
-		{0, 32768, 8192, geom{rg: 125, g: 263, threads: 256, class: 9}, 8},
+		{0, 32768, 8192, geom{rg: 125, g: 263, threads: 256, class: 11}, 8},
+		{0, 16384, 6144, geom{rg: 32, g: 512, threads: 192, class: 10}, 8}, // four blocks of 192 a SM
 		{0, 16384, 1024, geom{rg: 16, g: 1024, threads: 64, class: 7}, 8},
 		{4, 16384, 4096, geom{rg: 42, g: 391, threads: 256, class: 8}, 8},
 		{0, 64, 16384, geom{rg: 1, g: 64, threads: 256, class: -1}, 8},

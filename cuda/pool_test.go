@@ -297,7 +297,7 @@ func concurrent(t *testing.T, reserve int64) {
 // holding that class, so a variant recompiles them alone; any other option
 // reaches every program.
 func TestCompileOptsPerClass(t *testing.T) {
-	t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "-DRMS_C1_S=2 -DRMS_C8_MINB=2 -DRMS_VOLATILE_LOADS")
+	t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "-DRMS_C1_S=2 -DRMS_C8_MINB=2 -DRMS_C10_S=2 -DRMS_VOLATILE_LOADS")
 	b := &Backend{arch: "sm_90"}
 	has := func(opts []string, o string) bool { return slices.Contains(opts, o) }
 	seen := map[string]int{}
@@ -306,18 +306,18 @@ func TestCompileOptsPerClass(t *testing.T) {
 		if !has(opts, "-DRMS_VOLATILE_LOADS") {
 			t.Errorf("part %d: %v lacks the option of every part", p, opts)
 		}
-		if has(opts, "-DRMS_C1_S=2") != partHoldsClass(p, 1) || has(opts, "-DRMS_C8_MINB=2") != partHoldsClass(p, 8) {
+		if has(opts, "-DRMS_C1_S=2") != partHoldsClass(p, 1) || has(opts, "-DRMS_C8_MINB=2") != partHoldsClass(p, 8) || has(opts, "-DRMS_C10_S=2") != partHoldsClass(p, 10) {
 			t.Errorf("part %d (%v): options %v", p, kernelParts()[p], opts)
 		}
 		for _, o := range opts {
 			seen[o]++
 		}
 	}
-	// c1 is one program; c8 two (its BF16 and F16 kernels).
-	if seen["-DRMS_C1_S=2"] != 1 || seen["-DRMS_C8_MINB=2"] != 2 {
-		t.Errorf("class options reached %d and %d programs, want 1 and 2", seen["-DRMS_C1_S=2"], seen["-DRMS_C8_MINB=2"])
+	// c1 is one program; c8 and c10 two each (their BF16 and F16 kernels).
+	if seen["-DRMS_C1_S=2"] != 1 || seen["-DRMS_C8_MINB=2"] != 2 || seen["-DRMS_C10_S=2"] != 2 {
+		t.Errorf("class options reached %d, %d and %d programs, want 1, 2 and 2", seen["-DRMS_C1_S=2"], seen["-DRMS_C8_MINB=2"], seen["-DRMS_C10_S=2"])
 	}
-	for _, o := range []string{"-DRMS_C_S=1", "-DRMS_CX_S=1", "-DRMS_C12", "-DRMS_PART=1"} {
+	for _, o := range []string{"-DRMS_C_S=1", "-DRMS_CX_S=1", "-DRMS_C12", "-DRMS_PART=1", "-DRMS_C100_S=1", "-DRMS_C1x_S=1"} {
 		if _, ok := optClass(o); ok {
 			t.Errorf("optClass(%q) took it for a class option", o)
 		}

@@ -12,9 +12,9 @@ import (
 
 // selfCheckJobs are the jobs Open runs before it returns the backend: one
 // small job per fused kernel (F32 rows in c0-c6, BF16 and F16 rows in
-// each of c7-c9), jobs of several row groups with the dw reduction, and
+// each of c7-c11), jobs of several row groups with the dw reduction, and
 // the general kernel (a dim that is no multiple of 4, a half dim that is
-// no multiple of 8, x and dy of different dtypes): 18 jobs, 1.6 M
+// no multiple of 8, x and dy of different dtypes): 22 jobs, 1.9 M
 // elements.
 func selfCheckJobs() []computetest.Job {
 	f32 := computetest.Mix{}
@@ -31,10 +31,14 @@ func selfCheckJobs() []computetest.Job {
 	add(5, 2048, bf16)
 	add(5, 1536, f16) // c7's F16 kernel
 	add(5, 4096, bf16)
-	add(3, 8192, f16)
+	add(5, 5120, bf16)  // c9
+	add(3, 4608, f16)   // c9's F16 kernel
+	add(3, 6144, f16)   // c10
+	add(3, 8192, f16)   // c11
 	add(64, 4096, f32)  // several groups, the reduction
 	add(96, 4352, f32)  // several groups, w and dw in shared memory
 	add(64, 8192, bf16) // the same, chunks of 8
+	add(48, 5376, bf16) // the same, one row a barrier (c10)
 	add(64, 3072, f16)  // the same, two chunks a thread (c8)
 	add(5, 257, f32)
 	add(5, 1028, bf16)

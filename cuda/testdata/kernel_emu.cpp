@@ -29,21 +29,22 @@ struct Class { int cw, k, maxNch; };
 // RMSGRAD_CUDA_CLASS_GEOM, changes them with K*MAXT, so maxNch, kept).
 // c4's blocks would hold 1280 chunks; it takes rows of up to 1088 (4352),
 // c5 the rest.
-const Class classes[10]={{4,RMS_C0_K,256},{4,RMS_C1_K,512},{4,RMS_C2_K,768},{4,RMS_C3_K,1024},{4,RMS_C4_K,1088},{4,RMS_C5_K,1536},{4,RMS_C6_K,2048},{8,RMS_C7_K,256},{8,RMS_C8_K,512},{8,RMS_C9_K,1024}};
+const Class classes[12]={{4,RMS_C0_K,256},{4,RMS_C1_K,512},{4,RMS_C2_K,768},{4,RMS_C3_K,1024},{4,RMS_C4_K,1088},{4,RMS_C5_K,1536},{4,RMS_C6_K,2048},{8,RMS_C7_K,256},{8,RMS_C8_K,512},{8,RMS_C9_K,640},{8,RMS_C10_K,768},{8,RMS_C11_K,1024}};
 void classOf(int dim, int cw, int& cls, int& threads){
   cls=-1; threads=256;
   if(dim<=0 || dim%cw) return;
   int nch=dim/cw;
-  for(int c=0;c<10;c++) if(classes[c].cw==cw && nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; }
+  for(int c=0;c<12;c++) if(classes[c].cw==cw && nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; }
 }
 typedef void (*Kern)(const Job*, const int*);
 // By class; a half class's BF16 kernel, its F16 kernel in fusedF16Kernels
 // (cuda/plan.go entry.kernel).
-const Kern fusedKernels[10]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
+const Kern fusedKernels[12]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
   rms_norm_backward_rows_fused_c3,rms_norm_backward_rows_fused_c4,rms_norm_backward_rows_fused_c5,
   rms_norm_backward_rows_fused_c6,rms_norm_backward_rows_fused_c7,rms_norm_backward_rows_fused_c8,
-  rms_norm_backward_rows_fused_c9};
-const Kern fusedF16Kernels[3]={rms_norm_backward_rows_fused_c7_f16,rms_norm_backward_rows_fused_c8_f16,rms_norm_backward_rows_fused_c9_f16};
+  rms_norm_backward_rows_fused_c9,rms_norm_backward_rows_fused_c10,rms_norm_backward_rows_fused_c11};
+const Kern fusedF16Kernels[5]={rms_norm_backward_rows_fused_c7_f16,rms_norm_backward_rows_fused_c8_f16,rms_norm_backward_rows_fused_c9_f16,
+  rms_norm_backward_rows_fused_c10_f16,rms_norm_backward_rows_fused_c11_f16};
 // goJobs launches jobs (one dim) as the host does: the rows kernel the host
 // picks (cuda/plan.go entry.kernel) with the dim's block size (256 with
 // shared-memory slots), then the reduction for the jobs of several groups.
@@ -158,7 +159,7 @@ const char* tname(int dt){ return dt==T_F32?"f32":dt==T_BF16?"bf16":"f16"; }
 // for bit, and every half output the F32 output of the same job rounded
 // once to nearest even.
 // halfOnly: only the cases of class c9's fused kernel (x, dy and dx of one
-// half dtype, dim a multiple of 8 over 4096 up to 8192), for the
+// half dtype, dim a multiple of 8 over 4096 up to 5120), for the
 // RMS_C9_SLOTS variant.
 int runMixes(std::mt19937& rng, bool halfOnly){
   std::uniform_real_distribution<float> U(-1,1);
@@ -195,10 +196,21 @@ int runMixes(std::mt19937& rng, bool halfOnly){
     {1,3072,1,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
     {37,4608,5,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
     {5,4104,2,{T_F16,T_F16,T_F16,T_F16,T_F16}},
+    // c9's smallest and widest blocks in both dtypes (RMS_C9_SLOTS's
+    // cases with 6x5120 and 37x4608), c10 (5248-6144: one row a barrier)
+    // at its smallest dim and over groups of many rows, c11's smallest.
+    {13,4224,3,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {9,4992,2,{T_F16,T_F16,T_F16,T_F16,T_F16}},
+    {5,4352,2,{T_BF16,T_F32,T_BF16,T_BF16,T_F32}},
+    {11,4736,4,{T_F16,T_F16,T_F16,T_F16,T_F32}},
+    {17,5248,3,{T_BF16,T_F32,T_BF16,T_BF16,T_F32}},
+    {23,5376,4,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {6,6016,2,{T_F16,T_F16,T_F16,T_F16,T_F16}},
+    {3,6272,1,{T_F16,T_F32,T_F16,T_F16,T_F16}},
   };
   int bad=0;
   for(auto c:cs){
-    if(halfOnly && !(c.t.x!=T_F32 && c.dim%8==0 && c.dim>4096 && c.dim<=8192 && ioOf(F_DX|F_DW,c.t)!=T_ANY)) continue;
+    if(halfOnly && !(c.t.x!=T_F32 && c.dim%8==0 && c.dim>4096 && c.dim<=5120 && ioOf(F_DX|F_DW,c.t)!=T_ANY)) continue;
     int rows=c.rows, dim=c.dim; size_t n=(size_t)rows*dim;
     std::vector<float> xv(n),wv(dim),dyv(n);
     for(auto&v:xv) v=U(rng);
