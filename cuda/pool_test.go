@@ -359,6 +359,15 @@ func TestParseClassGeom(t *testing.T) {
 	if moved[1].maxNch != 480 || moved[1].k != 2 || moved[1].maxThreads != 256 {
 		t.Errorf("class 1 after 1:2x256x3/480: %+v", moved[1])
 	}
+	// "9:4x256x2/1024" gives c9 every half dim over 4096 again (c10 and c11
+	// take none), the geometry before c10 (the next device call's baseline).
+	back := append([]fusedClass(nil), fusedClasses[:]...)
+	if _, err := parseClassGeom("9:4x256x2/1024", back); err != nil {
+		t.Fatal(err)
+	}
+	if back[9].maxNch != 1024 || back[9] == fusedClasses[9] {
+		t.Errorf("c9 after 9:4x256x2/1024: %+v", back[9])
+	}
 	// A final "s" moves w and the dw sums to shared memory, "r" to registers.
 	ws := append([]fusedClass(nil), fusedClasses[:]...)
 	wopts, err := parseClassGeom("7:2x128x6s,8:2x256x3r,9:4x256x2/768s", ws)
