@@ -1239,7 +1239,7 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // compiled apart so that the general path's register pressure does not
 // make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7-c11
 // BF16 and F16 rows (chunks of 8). Class c takes dims of up to
-// CW*K*MAXT elements (c4 fewer, below) with K chunks per thread, blocks of T =
+// CW*K*MAXT elements (c4, c9 and c10 fewer, below) with K chunks per thread, blocks of T =
 // 32*ceil(nch/K/32) threads (so the block fits the row: at most 31 idle
 // threads), RMS_Cc_S rows in registers and RMS_Cc_R rows a block-sum
 // barrier. The launch bounds (most threads, fewest blocks per SM) cap the
