@@ -216,9 +216,9 @@ var localUnder118 = map[string]int{
 //
 // Registers and local memory per kernel are logged; with
 // RMSGRAD_CUDA_RESOURCES=file.md they are also written as a table. Local
-// memory is asserted only under NVRTC 11.8 (localUnder118 names the exceptions): it depends on
-// the compiler's version, and the GPU hosts run a newer NVRTC than the
-// one here (TestOpen logs theirs).
+// memory is asserted only under NVRTC 11.8 (localUnder118 names the
+// exceptions): it depends on the compiler's version, and the GPU hosts
+// run a newer NVRTC than the one here (TestOpen logs theirs).
 func TestKernelsNVRTC(t *testing.T) {
 	nv, lib, major, minor := testNVRTC(t)
 
