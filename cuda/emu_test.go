@@ -173,12 +173,12 @@ func TestRunWatched(t *testing.T) {
 }
 
 // TestWSLayoutOnCPU runs TestKernelsOnCPU's cases with the classes that
-// keep w and the dw sums in shared memory (c4, c8, c9) in the
+// keep w and the dw sums in shared memory (c4, c8-c12) in the
 // element-major layout (RMS_Cc_WS=1, four scalar accesses a piece; the
 // default is piece-major): the fused kernels against the general kernel
 // launched apart, bit for bit, and the double reference.
 func TestWSLayoutOnCPU(t *testing.T) {
-	bin := buildEmu(t, "testdata/kernel_emu.cpp", kernelDef(t), "-DRMS_C4_WS=1", "-DRMS_C8_WS=1", "-DRMS_C9_WS=1")
+	bin := buildEmu(t, "testdata/kernel_emu.cpp", kernelDef(t), "-DRMS_C4_WS=1", "-DRMS_C8_WS=1", "-DRMS_C9_WS=1", "-DRMS_C10_WS=1", "-DRMS_C11_WS=1", "-DRMS_C12_WS=1")
 	out, err := runWatched(emuStall, bin)
 	t.Logf("\n%s", out)
 	if err != nil {
@@ -186,21 +186,22 @@ func TestWSLayoutOnCPU(t *testing.T) {
 	}
 }
 
-// TestClassGeomOnCPU runs TestKernelsOnCPU's cases with classes c0 and c7
-// (F32 dims up to 1024, half dims up to 2048) in blocks of 32 and 64
-// threads, c7 with w and the dw sums in shared memory, as
-// RMSGRAD_CUDA_CLASS_GEOM compiles them for a benchmark variant: the fused
-// kernels against the general kernel launched apart with the same block
-// size, bit for bit, and the double reference.
+// TestClassGeomOnCPU runs TestKernelsOnCPU's cases with classes c0, c7 and
+// c12 (F32 dims up to 1024, half dims up to 1024 and 1152-2048) in blocks
+// of 32 and 64 threads, c7 with w and the dw sums in shared memory and c12
+// with them in registers, as RMSGRAD_CUDA_CLASS_GEOM compiles them for a
+// benchmark variant: the fused kernels against the general kernel
+// launched apart with the same block size, bit for bit, and the double
+// reference.
 func TestClassGeomOnCPU(t *testing.T) {
-	opts, err := parseClassGeom("0:8x32x8,7:4x64x6s", append([]fusedClass(nil), fusedClasses[:]...))
+	opts, err := parseClassGeom("0:8x32x8,7:4x64x6s,12:4x64x6r", append([]fusedClass(nil), fusedClasses[:]...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := buildEmu(t, "testdata/kernel_emu.cpp", append(append([]string{kernelDef(t)}, opts[0]...), opts[7]...)...)
+	bin := buildEmu(t, "testdata/kernel_emu.cpp", append(append(append([]string{kernelDef(t)}, opts[0]...), opts[7]...), opts[12]...)...)
 	out, err := runWatched(emuStall, bin)
 	t.Logf("\n%s", out)
 	if err != nil {
-		t.Fatalf("kernels on the CPU with c0 and c7 in small blocks: %v", err)
+		t.Fatalf("kernels on the CPU with c0, c7 and c12 in small blocks: %v", err)
 	}
 }

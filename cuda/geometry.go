@@ -23,8 +23,11 @@ type fusedClass struct {
 	ws                                   bool
 }
 
-// fusedClasses are the .cu's classes c0..c11 (shaders.CUDARowsFusedKernels),
-// in order of chunk width, then width.
+// fusedClasses are the .cu's classes c0..c12 (shaders.CUDARowsFusedKernels),
+// in order of chunk width, then width, except c12 (half rows 1152-2048,
+// between c7 and c8 in width), appended so that no class's number (its
+// macros, its NVRTC part, its figures in docs/cuda.md) changed:
+// classOrder is the order by width.
 var fusedClasses = [...]fusedClass{
 	{4, 2, 256, 128, 4, false},  // c0: F32 dims up to 1024
 	{4, 2, 512, 256, 3, false},  // c1: up to 2048
@@ -33,15 +36,20 @@ var fusedClasses = [...]fusedClass{
 	{4, 4, 1088, 320, 2, true},  // c4: up to 4352, w and dw in shared memory
 	{4, 4, 1536, 384, 1, false}, // c5: 4480 up to 6144
 	{4, 4, 2048, 512, 1, false}, // c6: up to 8192
-	{8, 2, 256, 128, 4, false},  // c7: BF16 and F16 dims up to 2048
+	{8, 2, 128, 128, 4, false},  // c7: BF16 and F16 dims up to 1024
 	{8, 2, 512, 256, 3, true},   // c8: up to 4096, w and dw in shared memory
 	{8, 4, 640, 256, 2, true},   // c9: up to 5120, w and dw in shared memory
 	{8, 4, 768, 256, 3, true},   // c10: 5248 up to 6144 (blocks of 192, four a SM), one row a barrier
 	{8, 4, 1024, 256, 2, true},  // c11: up to 8192, c9's kernel
+	{8, 2, 256, 128, 6, true},   // c12: 1152 up to 2048, c7's kernel with w and dw in shared memory, six blocks a SM
 }
 
+// classOrder lists the classes by chunk width, then width: classOf takes
+// the first in it that holds a row.
+var classOrder = [...]int{0, 1, 2, 3, 4, 5, 6, 7, 12, 8, 9, 10, 11}
+
 // firstHalfClass is the first class of chunks of 8 (BF16 and F16 rows):
-// c7..c11 each have a BF16 and an F16 kernel.
+// c7..c12 each have a BF16 and an F16 kernel.
 const firstHalfClass = 7
 
 func init() {
@@ -51,6 +59,19 @@ func init() {
 	for c, fc := range fusedClasses {
 		if (fc.cw == 8) != (c >= firstHalfClass) {
 			panic("cuda: the half classes are not fusedClasses[firstHalfClass:]")
+		}
+	}
+	seen := map[int]bool{}
+	for i, c := range classOrder {
+		if seen[c] || c < 0 || c >= len(fusedClasses) {
+			panic("cuda: classOrder is not a permutation of the classes")
+		}
+		seen[c] = true
+		if i > 0 {
+			p, fc := fusedClasses[classOrder[i-1]], fusedClasses[c]
+			if p.cw > fc.cw || (p.cw == fc.cw && p.maxNch >= fc.maxNch) {
+				panic(fmt.Sprintf("cuda: classOrder puts class %d after a class as wide or wider", c))
+			}
 		}
 	}
 }
@@ -152,16 +173,21 @@ func rowsCW(tx int32) int {
 // classOf returns the fused class of a dim with chunks of cw elements and
 // the block size of its rows (the fused kernel's and the general kernel's
 // alike): for a multiple of cw up to 8192, the first class of that chunk
-// width wide enough, with 32*ceil(nch/k/32) threads (a block that fits the
-// row: at most 31 threads without a chunk); else class -1 and
-// rowsThreads.
-func classOf(dim, cw int) (class, threads int) {
+// width wide enough in classOrder, with 32*ceil(nch/k/32) threads (a block
+// that fits the row: at most 31 threads without a chunk); else class -1
+// and rowsThreads.
+func classOf(dim, cw int) (class, threads int) { return classIn(fusedClasses[:], dim, cw) }
+
+// classIn is classOf over table (fusedClasses or a variant of it: a
+// class's widest row moved by RMSGRAD_CUDA_CLASS_GEOM's "/N" moves rows to
+// or from the classes after it in classOrder).
+func classIn(table []fusedClass, dim, cw int) (class, threads int) {
 	if dim <= 0 || dim%cw != 0 {
 		return -1, rowsThreads
 	}
 	nch := dim / cw
-	for c, fc := range fusedClasses {
-		if fc.cw == cw && nch <= fc.maxNch {
+	for _, c := range classOrder {
+		if fc := table[c]; fc.cw == cw && nch <= fc.maxNch {
 			t := (nch + fc.k - 1) / fc.k
 			return c, (t + 31) / 32 * 32
 		}

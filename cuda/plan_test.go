@@ -249,24 +249,24 @@ func fixedGeom(gmax int) geomFunc {
 // Every multiple of the chunk width (4 for F32 rows, 8 for half rows) up to
 // 8192 has a fused class of that width whose block fits its rows: a
 // multiple of 32 threads, at most the class's, k chunks each covering the
-// row with fewer than 32 threads idle. The others have none and 256
-// threads.
+// row with fewer than 32 threads idle; a wider dim never goes to a
+// narrower class. The others have none and 256 threads.
 func TestClassOf(t *testing.T) {
 	for _, cw := range []int{4, 8} {
-		prev := 0
+		prev := 0 // the widest row of the previous dim's class, in chunks
 		for dim := cw; dim <= 8192; dim += cw {
 			c, th := classOf(dim, cw)
 			if c < 0 {
 				t.Fatalf("cw %d dim %d: no fused class", cw, dim)
 			}
 			fc, nch := fusedClasses[c], dim/cw
-			if fc.cw != cw || th%32 != 0 || th > fc.maxThreads || th*fc.k < nch || (th-32)*fc.k >= nch || nch > fc.maxNch || c < prev {
+			if fc.cw != cw || th%32 != 0 || th > fc.maxThreads || th*fc.k < nch || (th-32)*fc.k >= nch || nch > fc.maxNch || fc.maxNch < prev {
 				t.Fatalf("cw %d dim %d: class %d (%+v), %d threads", cw, dim, c, fc, th)
 			}
 			if n := (&Backend{}).classSmem(c, fc.maxDim(th)); fc.ws && n < 8*dim {
 				t.Fatalf("cw %d dim %d: class %d reserves %d bytes of shared memory for %d", cw, dim, c, n, 8*dim)
 			}
-			prev = c
+			prev = fc.maxNch
 		}
 		for _, dim := range []int{1, 3, 257, 4097, 8196, 9000, 16384, 8200} {
 			if c, th := classOf(dim, cw); c != -1 || th != rowsThreads {
@@ -281,7 +281,7 @@ func TestClassOf(t *testing.T) {
 		{1024, 4, 0, 128}, {768, 4, 0, 96}, {1152, 4, 1, 160}, {2048, 4, 1, 256}, {2560, 4, 2, 224}, {3072, 4, 2, 256},
 		{3584, 4, 3, 224}, {4096, 4, 3, 256}, {4224, 4, 4, 288}, {4352, 4, 4, 288}, {4480, 4, 5, 288}, {4864, 4, 5, 320}, {5120, 4, 5, 320}, {5248, 4, 5, 352}, {6144, 4, 5, 384},
 		{6272, 4, 6, 416}, {7168, 4, 6, 448}, {8192, 4, 6, 512},
-		{1024, 8, 7, 64}, {2048, 8, 7, 128}, {2176, 8, 8, 160}, {3072, 8, 8, 192}, {4096, 8, 8, 256}, {4224, 8, 9, 160},
+		{1024, 8, 7, 64}, {1152, 8, 12, 96}, {1536, 8, 12, 96}, {2048, 8, 12, 128}, {2176, 8, 8, 160}, {3072, 8, 8, 192}, {4096, 8, 8, 256}, {4224, 8, 9, 160},
 		{5120, 8, 9, 160}, {5248, 8, 10, 192}, {6144, 8, 10, 192}, {6272, 8, 11, 224}, {8192, 8, 11, 256},
 	} {
 		if cl, th := classOf(c.dim, c.cw); cl != c.class || th != c.threads {

@@ -360,13 +360,23 @@ func TestParseClassGeom(t *testing.T) {
 		t.Errorf("class 1 after 1:2x256x3/480: %+v", moved[1])
 	}
 	// "9:4x256x2/1024" gives c9 every half dim over 4096 again (c10 and c11
-	// take none), the geometry before c10 (the next device call's baseline).
+	// take none), the geometry before c10; "7:2x128x4/256" c7 every half
+	// dim up to 2048 (c12 takes none), the geometry before c12 (the next
+	// device call's baseline).
 	back := append([]fusedClass(nil), fusedClasses[:]...)
-	if _, err := parseClassGeom("9:4x256x2/1024", back); err != nil {
+	if _, err := parseClassGeom("9:4x256x2/1024,7:2x128x4/256", back); err != nil {
 		t.Fatal(err)
 	}
-	if back[9].maxNch != 1024 || back[9] == fusedClasses[9] {
-		t.Errorf("c9 after 9:4x256x2/1024: %+v", back[9])
+	if back[9].maxNch != 1024 || back[9] == fusedClasses[9] || back[7].maxNch != 256 {
+		t.Errorf("after 9:4x256x2/1024,7:2x128x4/256: c7 %+v, c9 %+v", back[7], back[9])
+	}
+	for _, c := range []struct{ dim, class, was int }{{1152, 7, 12}, {2048, 7, 12}, {1024, 7, 7}, {5248, 9, 10}, {8192, 9, 11}, {2176, 8, 8}} {
+		if got, _ := classIn(back, c.dim, 8); got != c.class {
+			t.Errorf("half dim %d after the variant: class %d, want %d", c.dim, got, c.class)
+		}
+		if got, _ := classOf(c.dim, 8); got != c.was {
+			t.Errorf("half dim %d by default: class %d, want %d", c.dim, got, c.was)
+		}
 	}
 	// A final "s" moves w and the dw sums to shared memory, "r" to registers.
 	ws := append([]fusedClass(nil), fusedClasses[:]...)

@@ -12,9 +12,9 @@ import (
 
 // selfCheckJobs are the jobs Open runs before it returns the backend: one
 // small job per fused kernel (F32 rows in c0-c6, BF16 and F16 rows in
-// each of c7-c11), jobs of several row groups with the dw reduction, and
+// each of c7-c12), jobs of several row groups with the dw reduction, and
 // the general kernel (a dim that is no multiple of 4, a half dim that is
-// no multiple of 8, x and dy of different dtypes): 22 jobs, 1.9 M
+// no multiple of 8, x and dy of different dtypes): 25 jobs, 2.0 M
 // elements.
 func selfCheckJobs() []computetest.Job {
 	f32 := computetest.Mix{}
@@ -28,8 +28,10 @@ func selfCheckJobs() []computetest.Job {
 	for _, dim := range []int{1024, 2048, 3072, 4096, 4352, 6144, 8192} {
 		add(3, dim, f32)
 	}
-	add(5, 2048, bf16)
-	add(5, 1536, f16) // c7's F16 kernel
+	add(5, 1024, bf16) // c7
+	add(5, 896, f16)   // c7's F16 kernel
+	add(5, 2048, bf16) // c12
+	add(5, 1536, f16)  // c12's F16 kernel
 	add(5, 4096, bf16)
 	add(5, 5120, bf16)  // c9
 	add(3, 4608, f16)   // c9's F16 kernel
@@ -40,6 +42,7 @@ func selfCheckJobs() []computetest.Job {
 	add(64, 8192, bf16) // the same, chunks of 8
 	add(48, 5376, bf16) // the same, one row a barrier (c10)
 	add(64, 3072, f16)  // the same, two chunks a thread (c8)
+	add(64, 1152, bf16) // the same, c12
 	add(5, 257, f32)
 	add(5, 1028, bf16)
 	add(4, 4096, anyMix)

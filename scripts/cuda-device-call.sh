@@ -10,24 +10,25 @@
 # and the f32 harness. Usage: scripts/cuda-device-call.sh $OUT
 # (CALL_VARIANTS: another variant list; STEPS, VDIMS: see below).
 OUT=${1:?}
-# Runs 42-46 (docs/cuda.md) made w and the dw sums piece-major in
-# shared memory (c4, c8, c9) and measured them on H100s; after run 46,
-# bf16 and f16 5248-6144 moved to a class of their own (c10, run 46's
-# variant kernel), not yet run on a GPU as a class. Here, meant for an
+# Run 48 (docs/cuda.md) measured c10 and c11 as classes on an H100 and
+# two leads beside the defaults; c6 then moved to one row a barrier and
+# bf16 and f16 1152-2048 to a class of their own (c12: c7's kernel with w
+# and the dw sums in shared memory, six blocks a SM). Here, meant for an
 # H200 (the targets name it): the conformance suite and the bench, then
-# beside the defaults (N): O = c9 over all of 4224-8192 again (c10 and
-# c11 take nothing), X = two leads of runs 41 and 46, c7 with w and the dw
-# sums in shared memory at six blocks a SM (+3-5 points at bf16
-# 1536-2048, -2 at 1024) and c6 at one row a barrier (the harness of run
-# 41: f32 7168 at 98.1-98.4% against 95.6-95.9%); then make bench on the
-# host and the f32 harness.
+# beside the defaults (N): O = the geometry before (c7 over all of
+# 1152-2048 again, c6 at two rows a barrier), K1 and K2 = the sweep's dy
+# and dx placed 4352 and 1 MiB (and twice that) into their allocations, a
+# probe of whether the slow f32 dims (1024, 1536, 2048: run 48) are the
+# streams' relative alignment; then make bench on the host and the f32
+# harness.
 G='RMSGRAD_CUDA_CLASS_GEOM'
 N='RMSGRAD_NOOP=1'
-O="$G=9:4x256x2/1024"
-X="$G=7:2x128x6s+RMSGRAD_CUDA_NVRTC_OPTS=-DRMS_C6_R=1"
-V="$N;$O;$X;$N;$O;$X;$N"
+O="$G=7:2x128x4/256+RMSGRAD_CUDA_NVRTC_OPTS=-DRMS_C6_R=2"
+K1='RMSGRAD_CUDA_SWEEP_SKEW=4352'
+K2='RMSGRAD_CUDA_SWEEP_SKEW=1048576'
+V="$N;$O;$K1;$K2;$N;$O;$K1;$K2;$N"
 V=${CALL_VARIANTS:-$V} # another list, in the same form
-: "${VDIMS:=1024,1536,2048,5120,5248,5632,6144,6272,7168,8192}"
+: "${VDIMS:=1024,1152,1536,1920,2048,3840,4096,6272,7168,8192}"
 export BIN=.devrun/bin HOSTBENCH_TIMEOUT=170 HOSTBENCH_FLAGS='-only e2e -repeat 3 -inproc-backend cuda'
 scripts/cuda-device-run.sh "$OUT/a" "${STEPS:-conf bench}"
 echo "after a: ${SECONDS}s"

@@ -19,7 +19,7 @@ const CUDAFile = "rms_norm_backward.cu"
 // threads) over a job table; CUDARowsFusedKernels run the common case (r, dx
 // and dw in one pass, dim a multiple of the chunk width up to 8192, x, dy
 // and dx of one dtype), one kernel per width class of the register path
-// (c0..c6 F32, c7..c11 BF16 and F16; a half class has a kernel per dtype:
+// (c0..c6 F32, c7..c12 BF16 and F16; a half class has a kernel per dtype:
 // CUDARowsFusedKernels' for BF16, CUDARowsFusedF16Kernels' for F16);
 // CUDAReduceKernel sums the dw partials; CUDAAddKernel is the c = a + b copy
 // ceiling of the benchmarks, CUDASpinKernel their blocking kernel and
@@ -33,8 +33,8 @@ const (
 )
 
 // CUDARowsFusedKernels are the fused kernels of the register path's width
-// classes c0..c11 (cuda/geometry.go has their geometry): F32 rows in c0..c6,
-// BF16 rows in c7..c11.
+// classes c0..c12 (cuda/geometry.go has their geometry): F32 rows in c0..c6,
+// BF16 rows in c7..c12.
 var CUDARowsFusedKernels = [...]string{
 	"rms_norm_backward_rows_fused_c0",
 	"rms_norm_backward_rows_fused_c1",
@@ -48,9 +48,10 @@ var CUDARowsFusedKernels = [...]string{
 	"rms_norm_backward_rows_fused_c9",
 	"rms_norm_backward_rows_fused_c10",
 	"rms_norm_backward_rows_fused_c11",
+	"rms_norm_backward_rows_fused_c12",
 }
 
-// CUDARowsFusedF16Kernels are the F16 kernels of the half classes c7..c11
+// CUDARowsFusedF16Kernels are the F16 kernels of the half classes c7..c12
 // (the same geometry as their BF16 kernels in CUDARowsFusedKernels).
 var CUDARowsFusedF16Kernels = [...]string{
 	"rms_norm_backward_rows_fused_c7_f16",
@@ -58,4 +59,5 @@ var CUDARowsFusedF16Kernels = [...]string{
 	"rms_norm_backward_rows_fused_c9_f16",
 	"rms_norm_backward_rows_fused_c10_f16",
 	"rms_norm_backward_rows_fused_c11_f16",
+	"rms_norm_backward_rows_fused_c12_f16",
 }

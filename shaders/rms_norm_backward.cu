@@ -67,8 +67,8 @@
 // The host compiles the file as several programs at once (cuda/backend.go
 // kernelParts), RMS_PART=n keeping the kernels of part n: 0 the general
 // rows kernel, 1 the reduction and the benchmark kernels, 2+c fused class
-// c (c0..c11; the BF16 kernel of a half class), 14..18 the F16 kernels of
-// the half classes c7..c11. Without RMS_PART (the CPU test harness, nvcc)
+// c (c0..c12; the BF16 kernel of a half class), 15..20 the F16 kernels of
+// the half classes c7..c12. Without RMS_PART (the CPU test harness, nvcc)
 // every kernel is kept.
 #ifdef RMS_PART
 #define RMS_PART_IS(n) (RMS_PART == (n))
@@ -1237,9 +1237,10 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 // The fused kernels (every flag set, x, dy and dx of one dtype, dim a
 // multiple of the chunk width), one per width class of the register path,
 // compiled apart so that the general path's register pressure does not
-// make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7-c11
-// BF16 and F16 rows (chunks of 8). Class c takes dims of up to
-// CW*K*MAXT elements (c4, c9 and c10 fewer, below) with K chunks per thread, blocks of T =
+// make them spill. Classes c0-c6 take F32 rows (chunks of 4), c7-c12
+// BF16 and F16 rows (chunks of 8; c12, 1152-2048, sits after c11 in the
+// table: the host takes the narrowest class that holds a row). Class c takes dims of up to
+// CW*K*MAXT elements (c4, c7, c9 and c10 fewer, below) with K chunks per thread, blocks of T =
 // 32*ceil(nch/K/32) threads (so the block fits the row: at most 31 idle
 // threads), RMS_Cc_S rows in registers and RMS_Cc_R rows a block-sum
 // barrier. The launch bounds (most threads, fewest blocks per SM) cap the
@@ -1320,7 +1321,7 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C5_R 2
 #endif
 #ifndef RMS_C6_R
-#define RMS_C6_R 2
+#define RMS_C6_R 1
 #endif
 #ifndef RMS_C7_R
 #define RMS_C7_R 2
@@ -1332,7 +1333,7 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #define RMS_C9_R 2
 #endif
 // The layout of w and the dw sums of the classes that keep them in shared
-// memory (c4, c8-c11; rows_regs' WS): 2 piece-major, one 16-byte access a
+// memory (c4, c8-c12; rows_regs' WS): 2 piece-major, one 16-byte access a
 // piece of 4 elements; 1 element-major, four scalar accesses. The same
 // operations in the same order either way, so the same bits. On the H100
 // (runs 42-44, docs/cuda.md), piece-major took bf16 in c8 (2176-4096) up
@@ -1356,6 +1357,9 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #endif
 #ifndef RMS_C11_WS
 #define RMS_C11_WS 2
+#endif
+#ifndef RMS_C12_WS
+#define RMS_C12_WS 2
 #endif
 // The other classes hold w and the dw sums in registers (WS 0); a
 // benchmark variant (RMSGRAD_CUDA_CLASS_GEOM's "s", which also gives the
@@ -1505,6 +1509,23 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #ifndef RMS_C11_MINB
 #define RMS_C11_MINB 2
 #endif
+// c12 (bf16 and f16 1152-2048): c7's chunks and rows with w and the dw
+// sums in shared memory and launch bounds of six blocks of 128 a SM.
+#ifndef RMS_C12_K
+#define RMS_C12_K 2
+#endif
+#ifndef RMS_C12_S
+#define RMS_C12_S 2
+#endif
+#ifndef RMS_C12_R
+#define RMS_C12_R 2
+#endif
+#ifndef RMS_C12_MAXT
+#define RMS_C12_MAXT 128
+#endif
+#ifndef RMS_C12_MINB
+#define RMS_C12_MINB 6
+#endif
 #define RMS_FUSED_PROLOGUE                               \
 	__shared__ float red[2 * 2 * RMS_RMAX * 32];     \
 	const Job J = jobs[bmap[blockIdx.x]];            \
@@ -1557,34 +1578,37 @@ RMS_FUSED_F32(rms_norm_backward_rows_fused_c4, RMS_C4_K, RMS_C4_S, RMS_C4_R, RMS
 #if RMS_PART_IS(7)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c5, RMS_C5_K, RMS_C5_S, RMS_C5_R, RMS_C5_WS, RMS_C5_MAXT, RMS_C5_MINB)
 #endif
-// c6: up to 8192, 4 chunks per thread, one block of up to 512 per SM.
+// c6: up to 8192, 4 chunks per thread, one block of up to 512 per SM, one
+// row a barrier: on the H100 (run 48, docs/cuda.md, alternated with two)
+// 0.8-2.6 points more at 6272-8192 (7168: 96.6% against 93.6-94.1%), as
+// the harness had found in run 41.
 #if RMS_PART_IS(8)
 RMS_FUSED_F32(rms_norm_backward_rows_fused_c6, RMS_C6_K, RMS_C6_S, RMS_C6_R, RMS_C6_WS, RMS_C6_MAXT, RMS_C6_MINB)
 #endif
-// c7: BF16 and F16 dims up to 2048, 2 chunks of 8 per thread, four blocks
-// of up to 128 per SM, two rows in registers (parts 9 and 12: the BF16 and
-// the F16 kernel).
+// c7: BF16 and F16 dims up to 1024 (its blocks would hold 2048: c12 takes
+// 1152-2048), 2 chunks of 8 per thread, four blocks of up to 128 per SM,
+// two rows in registers (parts 9 and 15: the BF16 and the F16 kernel).
 #if RMS_PART_IS(9)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7, T_BF16, RMS_C7_K, RMS_C7_S, RMS_C7_R, RMS_C7_WS, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
-#if RMS_PART_IS(14)
+#if RMS_PART_IS(15)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c7_f16, T_F16, RMS_C7_K, RMS_C7_S, RMS_C7_R, RMS_C7_WS, RMS_C7_MAXT, RMS_C7_MINB)
 #endif
 // c8: BF16 and F16 dims up to 4096, 2 chunks of 8 per thread, blocks of
 // up to 256 (three per SM at 256: RMS_C8_MINB), w and the dw sums in
-// shared memory (parts 10 and 13).
+// shared memory (parts 10 and 16).
 #ifndef RMS_C8_MINB
 #define RMS_C8_MINB 3
 #endif
 #if RMS_PART_IS(10)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8, T_BF16, RMS_C8_K, RMS_C8_S, RMS_C8_R, RMS_C8_WS, RMS_C8_MAXT, RMS_C8_MINB)
 #endif
-#if RMS_PART_IS(15)
+#if RMS_PART_IS(16)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, RMS_C8_K, RMS_C8_S, RMS_C8_R, RMS_C8_WS, RMS_C8_MAXT, RMS_C8_MINB)
 #endif
 // c9: BF16 and F16 dims 4224 up to 5120, 4 chunks of 8 per thread, blocks
 // of up to 256 (three per SM at its 160 threads), w and the dw sums in
-// shared memory (parts 11 and 16). RMS_C9_SLOTS=P (the host's RMSGRAD_CUDA_HALF_SLOTS):
+// shared memory (parts 11 and 17). RMS_C9_SLOTS=P (the host's RMSGRAD_CUDA_HALF_SLOTS):
 // x and dy in P shared-memory slots instead (rows_slots; RMS_C9_SLOTS_R
 // rows a barrier, default 1), w and the dw sums in registers.
 #ifdef RMS_C9_SLOTS
@@ -1603,28 +1627,39 @@ RMS_FUSED_HALF(rms_norm_backward_rows_fused_c8_f16, T_F16, RMS_C8_K, RMS_C8_S, R
 #if RMS_PART_IS(11)
 RMS_FUSED_C9(rms_norm_backward_rows_fused_c9, T_BF16)
 #endif
-#if RMS_PART_IS(16)
+#if RMS_PART_IS(17)
 RMS_FUSED_C9(rms_norm_backward_rows_fused_c9_f16, T_F16)
 #endif
 // c10: BF16 and F16 dims 5248 up to 6144, c9's chunks in blocks of up to
 // 256, three a SM at 256 (four at the 192 threads of these dims), one row
 // in registers and one a barrier, w and the dw sums in shared memory
-// (parts 12 and 17). On the H100 (run 46, docs/cuda.md) this kernel, then
+// (parts 12 and 18). On the H100 (run 46, docs/cuda.md) this kernel, then
 // serving all of c9's dims, ran 5248 at 87.1% of copy against 79.9% and
 // 6144 at 90.5% against 85.7% (two blocks of 192 a SM at two rows), and
 // lost 3.3-4.8 points at 7168-8192, which c11 keeps.
 #if RMS_PART_IS(12)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c10, T_BF16, RMS_C10_K, RMS_C10_S, RMS_C10_R, RMS_C10_WS, RMS_C10_MAXT, RMS_C10_MINB)
 #endif
-#if RMS_PART_IS(17)
+#if RMS_PART_IS(18)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c10_f16, T_F16, RMS_C10_K, RMS_C10_S, RMS_C10_R, RMS_C10_WS, RMS_C10_MAXT, RMS_C10_MINB)
 #endif
-// c11: BF16 and F16 dims 6272 up to 8192, c9's geometry (parts 13 and 18).
+// c11: BF16 and F16 dims 6272 up to 8192, c9's geometry (parts 13 and 19).
 #if RMS_PART_IS(13)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c11, T_BF16, RMS_C11_K, RMS_C11_S, RMS_C11_R, RMS_C11_WS, RMS_C11_MAXT, RMS_C11_MINB)
 #endif
-#if RMS_PART_IS(18)
+#if RMS_PART_IS(19)
 RMS_FUSED_HALF(rms_norm_backward_rows_fused_c11_f16, T_F16, RMS_C11_K, RMS_C11_S, RMS_C11_R, RMS_C11_WS, RMS_C11_MAXT, RMS_C11_MINB)
+#endif
+// c12: BF16 and F16 dims 1152 up to 2048, c7's kernel with w and the dw
+// sums in shared memory, six blocks a SM (parts 14 and 20). On the H100
+// (runs 46 and 48, docs/cuda.md) this geometry, then serving all of c7's
+// dims, ran bf16 1536 and 2048 2.5-5 points over c7's and 1024 2-4 points
+// under, which c7 keeps.
+#if RMS_PART_IS(14)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c12, T_BF16, RMS_C12_K, RMS_C12_S, RMS_C12_R, RMS_C12_WS, RMS_C12_MAXT, RMS_C12_MINB)
+#endif
+#if RMS_PART_IS(20)
+RMS_FUSED_HALF(rms_norm_backward_rows_fused_c12_f16, T_F16, RMS_C12_K, RMS_C12_S, RMS_C12_R, RMS_C12_WS, RMS_C12_MAXT, RMS_C12_MINB)
 #endif
 
 #if RMS_PART_IS(1)

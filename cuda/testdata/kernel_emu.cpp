@@ -28,23 +28,27 @@ struct Class { int cw, k, maxNch; };
 // K from the .cu's class macros (RMS_Cc_K: a class geometry variant,
 // RMSGRAD_CUDA_CLASS_GEOM, changes them with K*MAXT, so maxNch, kept).
 // c4's blocks would hold 1280 chunks; it takes rows of up to 1088 (4352),
-// c5 the rest.
-const Class classes[12]={{4,RMS_C0_K,256},{4,RMS_C1_K,512},{4,RMS_C2_K,768},{4,RMS_C3_K,1024},{4,RMS_C4_K,1088},{4,RMS_C5_K,1536},{4,RMS_C6_K,2048},{8,RMS_C7_K,256},{8,RMS_C8_K,512},{8,RMS_C9_K,640},{8,RMS_C10_K,768},{8,RMS_C11_K,1024}};
+// c5 the rest. c7's would hold 256; it takes 128 (1024), c12 the rest.
+// The first class in order (cuda/geometry.go's classOrder: c12 between c7
+// and c8) that holds a row takes it.
+const int order[13]={0,1,2,3,4,5,6,7,12,8,9,10,11};
+const Class classes[13]={{4,RMS_C0_K,256},{4,RMS_C1_K,512},{4,RMS_C2_K,768},{4,RMS_C3_K,1024},{4,RMS_C4_K,1088},{4,RMS_C5_K,1536},{4,RMS_C6_K,2048},{8,RMS_C7_K,128},{8,RMS_C8_K,512},{8,RMS_C9_K,640},{8,RMS_C10_K,768},{8,RMS_C11_K,1024},{8,RMS_C12_K,256}};
 void classOf(int dim, int cw, int& cls, int& threads){
   cls=-1; threads=256;
   if(dim<=0 || dim%cw) return;
   int nch=dim/cw;
-  for(int c=0;c<12;c++) if(classes[c].cw==cw && nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; }
+  for(int i=0;i<13;i++){ int c=order[i]; if(classes[c].cw==cw && nch<=classes[c].maxNch){ int t=(nch+classes[c].k-1)/classes[c].k; cls=c; threads=(t+31)/32*32; return; } }
 }
 typedef void (*Kern)(const Job*, const int*);
 // By class; a half class's BF16 kernel, its F16 kernel in fusedF16Kernels
 // (cuda/plan.go entry.kernel).
-const Kern fusedKernels[12]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
+const Kern fusedKernels[13]={rms_norm_backward_rows_fused_c0,rms_norm_backward_rows_fused_c1,rms_norm_backward_rows_fused_c2,
   rms_norm_backward_rows_fused_c3,rms_norm_backward_rows_fused_c4,rms_norm_backward_rows_fused_c5,
   rms_norm_backward_rows_fused_c6,rms_norm_backward_rows_fused_c7,rms_norm_backward_rows_fused_c8,
-  rms_norm_backward_rows_fused_c9,rms_norm_backward_rows_fused_c10,rms_norm_backward_rows_fused_c11};
-const Kern fusedF16Kernels[5]={rms_norm_backward_rows_fused_c7_f16,rms_norm_backward_rows_fused_c8_f16,rms_norm_backward_rows_fused_c9_f16,
-  rms_norm_backward_rows_fused_c10_f16,rms_norm_backward_rows_fused_c11_f16};
+  rms_norm_backward_rows_fused_c9,rms_norm_backward_rows_fused_c10,rms_norm_backward_rows_fused_c11,
+  rms_norm_backward_rows_fused_c12};
+const Kern fusedF16Kernels[6]={rms_norm_backward_rows_fused_c7_f16,rms_norm_backward_rows_fused_c8_f16,rms_norm_backward_rows_fused_c9_f16,
+  rms_norm_backward_rows_fused_c10_f16,rms_norm_backward_rows_fused_c11_f16,rms_norm_backward_rows_fused_c12_f16};
 // goJobs launches jobs (one dim) as the host does: the rows kernel the host
 // picks (cuda/plan.go entry.kernel) with the dim's block size (256 with
 // shared-memory slots), then the reduction for the jobs of several groups.
@@ -207,6 +211,14 @@ int runMixes(std::mt19937& rng, bool halfOnly){
     {23,5376,4,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
     {6,6016,2,{T_F16,T_F16,T_F16,T_F16,T_F16}},
     {3,6272,1,{T_F16,T_F32,T_F16,T_F16,T_F16}},
+    // c7 at its widest (1024) and c12 (1152-2048: w and the dw sums in
+    // shared memory) at its narrowest and widest, over groups of many rows
+    // and with fewer rows than the rows in registers.
+    {9,1024,2,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {19,1152,3,{T_BF16,T_BF16,T_BF16,T_BF16,T_BF16}},
+    {13,1536,4,{T_F16,T_F32,T_F16,T_F16,T_F32}},
+    {1,1920,1,{T_BF16,T_F32,T_BF16,T_BF16,T_BF16}},
+    {29,2048,5,{T_F16,T_F16,T_F16,T_F16,T_F16}},
   };
   int bad=0;
   for(auto c:cs){
