@@ -79,24 +79,6 @@ func (b *Backend) devBuf(t *testing.T, dt compute.DType, shape ...int) *buffer {
 	return &buffer{b: b, m: m, dtype: dt, shape: shape, n: n}
 }
 
-// devBufAt is devBuf with its data off bytes into a larger allocation
-// (off a multiple of 256, as cuMemAlloc aligns), so that tensors of the
-// same size do not start at the same offset modulo large powers of two
-// (RMSGRAD_CUDA_SWEEP_SKEW). free frees the allocation.
-func (b *Backend) devBufAt(t *testing.T, dt compute.DType, off int, shape ...int) (buf *buffer, free func()) {
-	t.Helper()
-	if off == 0 {
-		x := b.devBuf(t, dt, shape...)
-		return x, func() { b.freeDev(x) }
-	}
-	n := compute.NumElements(shape)
-	whole := b.devBuf(t, compute.F32, (n*dt.Size()+off+3)/4)
-	m := *whole.m
-	m.dptr += uint64(off)
-	m.size -= off
-	return &buffer{b: b, m: &m, dtype: dt, shape: shape, n: n}, func() { b.freeDev(whole) }
-}
-
 func (b *Backend) freeDev(bufs ...*buffer) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -148,13 +130,6 @@ func TestBenchSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// RMSGRAD_CUDA_SWEEP_SKEW=S (bytes, a multiple of 256): dy and dx start
-	// S and 2S bytes into their allocations (x at 0), a probe of whether
-	// the three streams' relative alignment moves the rate.
-	skew, err := strconv.Atoi(envOr("RMSGRAD_CUDA_SWEEP_SKEW", "0"))
-	if err != nil || skew < 0 || skew%256 != 0 {
-		t.Fatalf("RMSGRAD_CUDA_SWEEP_SKEW=%q: want a multiple of 256", os.Getenv("RMSGRAD_CUDA_SWEEP_SKEW"))
-	}
 	rows, err := strconv.Atoi(envOr("RMSGRAD_CUDA_SWEEP_ROWS", "16384"))
 	if err != nil || rows <= 0 {
 		t.Fatalf("RMSGRAD_CUDA_SWEEP_ROWS: %v", err)
@@ -175,9 +150,7 @@ func TestBenchSweep(t *testing.T) {
 	var res []SweepResult
 	for _, dt := range dts {
 		for _, dim := range dims {
-			x, freeX := b.devBufAt(t, dt, 0, rows, dim)
-			dy, freeDY := b.devBufAt(t, dt, skew, rows, dim)
-			dx, freeDX := b.devBufAt(t, dt, 2*skew, rows, dim)
+			x, dy, dx := b.devBuf(t, dt, rows, dim), b.devBuf(t, dt, rows, dim), b.devBuf(t, dt, rows, dim)
 			w, dw, r := b.devBuf(t, dt, dim), b.devBuf(t, dt, dim), b.devBuf(t, compute.F32, rows)
 			b.fill(t, x, uint32(dim)*3+1, -1, 1)
 			b.fill(t, dy, uint32(dim)*3+2, -0.5, 0.5)
@@ -203,10 +176,7 @@ func TestBenchSweep(t *testing.T) {
 					ks = append(ks, float64(b.LastStats().Kernels.Nanoseconds())/1000)
 				}
 			}
-			b.freeDev(w, dw, r)
-			freeX()
-			freeDY()
-			freeDX()
+			b.freeDev(x, dy, dx, w, dw, r)
 			bytes := int64(3*dt.Size()*rows*dim + 2*dt.Size()*dim)
 			cp, _ := b.ceilings(t, bytes, 16, reps)
 			gm := b.geometry(rows, dim, rowsCW(typeCode(x)))
