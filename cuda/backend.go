@@ -316,6 +316,13 @@ func open(opts ...Option) (*Backend, error) {
 		b.rgAlign = v
 	}
 	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
+	if v := os.Getenv("RMSGRAD_CUDA_RED_CH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || (n != 1 && n != 2 && n != 4 && n != 8) {
+			return nil, fmt.Errorf("cuda: RMSGRAD_CUDA_RED_CH=%q: want 1, 2, 4 or 8", v)
+		}
+		redChunks = n
+	}
 	b.allocLocked = os.Getenv("RMSGRAD_CUDA_ALLOC_LOCKED") == "1"
 	b.mapMax = defaultMapMax
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAP_BYTES")); err == nil && v >= 0 {
@@ -577,6 +584,10 @@ func (b *Backend) compileOpts(p int) []string {
 	if b.halfSlots > 0 && (p < 0 || partHoldsClass(p, halfSlotsClass)) {
 		opts = append(opts, fmt.Sprintf("-DRMS_C9_SLOTS=%d", b.halfSlots), fmt.Sprintf("-DRMS_C9_SLOTS_R=%d", b.halfSlotsR))
 	}
+	// The reduce's columns a block, in the program that holds it.
+	if redChunks != 8 && (p < 0 || p == 1) {
+		opts = append(opts, fmt.Sprintf("-DRMS_RED_CH=%d", redChunks))
+	}
 	// RMSGRAD_CUDA_CLASS_GEOM's classes, in the programs that hold them.
 	for c := range fusedClasses {
 		if o, ok := classGeom.opts[c]; ok && (p < 0 || partHoldsClass(p, c)) {
@@ -589,8 +600,16 @@ func (b *Backend) compileOpts(p int) []string {
 	// the programs that hold class k, so that a variant recompiles those
 	// and the others keep their cached cubins (the general kernel alone
 	// takes NVRTC tens of seconds).
+	// Likewise the reduce's macros (-DRMS_RED_...) go only to part 1, which
+	// holds the reduce, and -DRMS_PDL_TRIGGER only to the fused classes'.
 	for _, o := range strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")) {
 		if k, ok := optClass(o); ok && p >= 0 && !partHoldsClass(p, k) {
+			continue
+		}
+		if strings.HasPrefix(o, "-DRMS_RED_") && p >= 0 && p != 1 {
+			continue
+		}
+		if strings.HasPrefix(o, "-DRMS_PDL_TRIGGER") && p >= 0 && p < 2 {
 			continue
 		}
 		opts = append(opts, o)

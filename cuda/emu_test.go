@@ -205,3 +205,28 @@ func TestClassGeomOnCPU(t *testing.T) {
 		t.Fatalf("kernels on the CPU with c0, c7 and c12 in small blocks: %v", err)
 	}
 }
+
+// TestReduceShapeOnCPU runs jobs of several row groups (each ending in the
+// dw reduce) with the reduce launched in blocks of 64 threads, 16 loads in
+// flight and its job read after the wait (RMS_RED_CH=2, RMS_RED_U=16,
+// RMS_RED_EARLY=0, what RMSGRAD_CUDA_RED_CH and RMSGRAD_CUDA_NVRTC_OPTS
+// compile for a benchmark variant) and with the defaults: r, dx and dw must
+// be the same bits, case by case, fused and apart.
+func TestReduceShapeOnCPU(t *testing.T) {
+	var outs [2]string
+	for i, defs := range [][]string{nil, {"-DRMS_RED_CH=2", "-DRMS_RED_U=16", "-DRMS_RED_EARLY=0"}} {
+		bin := buildEmu(t, "testdata/kernel_emu.cpp", append([]string{kernelDef(t)}, defs...)...)
+		out, err := runWatched(emuStall, bin, "reduce")
+		if err != nil {
+			t.Fatalf("reduce digests with %v: %v\n%s", defs, err, out)
+		}
+		outs[i] = string(out)
+	}
+	if n := strings.Count(outs[0], "digest "); n < 16 {
+		t.Fatalf("%d digests; want 16:\n%s", n, outs[0])
+	}
+	if outs[0] != outs[1] {
+		t.Errorf("the reduce's launch shape changed the bits:\ndefault:\n%s\nRMS_RED_CH=2, RMS_RED_U=16, RMS_RED_EARLY=0:\n%s", outs[0], outs[1])
+	}
+	t.Logf("\n%s", outs[0])
+}

@@ -291,7 +291,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, mode xfer) (tim
 			st.Launches++
 		}
 		if l.redBlocks > 0 {
-			if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, rowsThreads, l.redBlocks, 0, l.table, l.bmapRed, b.pdl); err != nil {
+			if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, redSlices*redChunks, l.redBlocks, 0, l.table, l.bmapRed, b.pdl); err != nil {
 				return 0, err
 			}
 			st.Launches++

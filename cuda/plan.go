@@ -39,11 +39,17 @@ func typeCode(b *buffer) int32 {
 	return typeF32
 }
 
-// Launch geometry; the same values as RMS_THREADS and RED_CH in the .cu.
+// Launch geometry; the same values as RMS_THREADS, RED_SL and RMS_RED_CH in
+// the .cu.
 const (
 	rowsThreads = 256 // the general path's block for dims without a fused class
-	redChunks   = 8   // 4-column chunks per reduce block
+	redSlices   = 32  // partial slices of the reduce (its bits depend on them)
 )
+
+// redChunks is the 4-column chunks a reduce block sums (its threads:
+// redSlices*redChunks): 8 unless RMSGRAD_CUDA_RED_CH (1, 2, 4 or 8, a
+// benchmark knob) sets it at Open; any value gives the same bits.
+var redChunks = 8
 
 // entry is one row of a phase's job table before device pointers are known:
 // the rows of one job with the work the flags name. An RMSInv fused with the

@@ -557,6 +557,25 @@ struct Chunk<T_F16> : HalfChunk<T_F16> {};
 // each thread touches only its own chunks, so no barrier guards them.
 // Neither changes an operation or its order.
 //
+// RMS_PDL_TRIGGER (a benchmark variant, RMSGRAD_CUDA_NVRTC_OPTS) is where
+// a fused rows block lets the dependent reduce launch (cuda/execute.go)
+// begin (griddepcontrol.launch_dependents; the launch begins once every
+// block of the grid has said so or ended): 1 as it starts, 3 as it starts
+// its last rows, 2 after them; 0 (the default) as it ends. The reduce
+// reads the partials only after the whole rows grid has finished
+// (griddepcontrol.wait), whichever.
+#ifndef RMS_PDL_TRIGGER
+#define RMS_PDL_TRIGGER 0
+#endif
+#if !defined(RMS_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define RMS_PDL_LAUNCH(at)                                                      \
+	do {                                                                    \
+		if (RMS_PDL_TRIGGER == (at)) asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
+	} while (0)
+#else
+#define RMS_PDL_LAUNCH(at) ((void)0)
+#endif
+
 // FUSED is the worker's common case, compiled apart: every flag set (r
 // computed and written, dx, dw) and dim a multiple of CW, so that the flag
 // and bounds tests fold away. It runs the same instructions in the same
@@ -684,6 +703,9 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 #pragma unroll
 	for (int i = 0; i < S; i++) load(i, i);
 	for (int bb = 0; bb < b1; bb += S) {
+		if constexpr (FUSED) {
+			if (bb + S >= b1) RMS_PDL_LAUNCH(3);
+		}
 #pragma unroll
 		for (int i0 = 0; i0 < S; i0 += R) {
 			if (bb + i0 >= b1) break; // the same for the whole block
@@ -783,6 +805,7 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 			}
 		}
 	}
+	if constexpr (FUSED) RMS_PDL_LAUNCH(2);
 	if (doDW) {
 #pragma unroll
 		for (int k = 0; k < K; k++) {
@@ -1528,6 +1551,7 @@ extern "C" __global__ void __launch_bounds__(RMS_GEN_THREADS, 1)
 #endif
 #define RMS_FUSED_PROLOGUE                               \
 	__shared__ float red[2 * 2 * RMS_RMAX * 32];     \
+	RMS_PDL_LAUNCH(1);                               \
 	const Job J = jobs[bmap[blockIdx.x]];            \
 	const int grp = blockIdx.x - J.start;
 // An F32 class (chunks of 4).
@@ -1663,24 +1687,47 @@ RMS_FUSED_HALF(rms_norm_backward_rows_fused_c12_f16, T_F16, RMS_C12_K, RMS_C12_S
 #endif
 
 #if RMS_PART_IS(1)
-// Reduce layout: a block sums RED_CH chunks of 4 columns over all G partials
-// with RED_SL slices; slice s adds partials s, s+RED_SL, ... in order, then
-// slice sums are added in slice order.
-#define RED_CH 8
-#define RED_SL (RMS_THREADS / RED_CH)
+// Reduce layout: a block of RED_SL*RED_CH threads sums RED_CH chunks of 4
+// columns over all G partials with RED_SL slices; slice s adds partials s,
+// s+RED_SL, ... in order, then slice sums are added in slice order. The
+// bits depend on RED_SL only; RMS_RED_CH (cuda/plan.go's redChunks, set
+// with RMSGRAD_CUDA_RED_CH) trades blocks for columns a block.
+#ifndef RMS_RED_CH
+#define RMS_RED_CH 8
+#endif
+#define RED_CH RMS_RED_CH
+#define RED_SL 32
+// RMS_RED_U: loads in flight per step of a slice (the adds stay in group
+// order, so any value gives the same bits).
+#ifndef RMS_RED_U
+#define RMS_RED_U 4
+#endif
+// RMS_RED_EARLY (1): the block reads its job entry before it waits for the
+// rows grid; 0 after (a benchmark variant).
+#ifndef RMS_RED_EARLY
+#define RMS_RED_EARLY 1
+#endif
 
 // dw[i] = sum over groups of part[g, i] in a fixed tree, stored in dw's
 // dtype. grid: (total reduce blocks); bmap[blockIdx.x] is the block's job.
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_dw_reduce_f32(const Job* __restrict__ jobs, const int* __restrict__ bmap) {
+	__shared__ float4 sm[RED_SL][RED_CH];
+#if RMS_RED_EARLY
+	// The job table is the host's, which no kernel writes: read before the
+	// wait, so that a block already resident (RMS_PDL_TRIGGER) has its job
+	// when the rows grid ends.
+	const Job J = jobs[bmap[blockIdx.x]];
+#endif
 #if !defined(RMS_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	// Launched as a programmatic dependent launch of the rows kernel
 	// (cuda/execute.go): wait until that grid has finished and its partials
 	// are visible. A no-op when launched the ordinary way.
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-	__shared__ float4 sm[RED_SL][RED_CH];
+#if !RMS_RED_EARLY
 	const Job J = jobs[bmap[blockIdx.x]];
+#endif
 	const int dim = J.dim;
 	const bool vec = (dim & 3) == 0;
 	const int ci = threadIdx.x % RED_CH, sl = threadIdx.x / RED_CH;
@@ -1689,14 +1736,19 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 	float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	if (e < dim) {
 		int g = sl;
-		// Four loads in flight per step (a dependent load per add left the
-		// reduction latency-bound); the adds stay in group order.
-		for (; g + 3 * RED_SL < J.g; g += 4 * RED_SL) {
-			float u[4][4];
+		// RMS_RED_U loads in flight per step (a dependent load per add
+		// left the reduction latency-bound); the adds stay in group order.
+#ifdef RMS_RED_SKIP
+		// A benchmark probe: the reduce's launch and wait without its work
+		// (dw is wrong).
+		g = J.g;
+#endif
+		for (; g + (RMS_RED_U - 1) * RED_SL < J.g; g += RMS_RED_U * RED_SL) {
+			float u[RMS_RED_U][4];
 #pragma unroll
-			for (int i = 0; i < 4; i++) load4rw(J.part + (size_t)(g + i * RED_SL) * dim, e, dim, vec, u[i]);
+			for (int i = 0; i < RMS_RED_U; i++) load4rw(J.part + (size_t)(g + i * RED_SL) * dim, e, dim, vec, u[i]);
 #pragma unroll
-			for (int i = 0; i < 4; i++)
+			for (int i = 0; i < RMS_RED_U; i++)
 #pragma unroll
 				for (int q = 0; q < 4; q++) a[q] = __fadd_rn(a[q], u[i][q]);
 		}

@@ -64,7 +64,7 @@ void goJobs(std::vector<Job>& jobs, int dim, int nred, bool forced){
   bool fusedK = cls>=0 && jobs[0].flags==(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW) && TYPE_IO(jobs[0])!=T_ANY;
   if(fusedK){ Kern k = TYPE_IO(jobs[0])==T_F16 ? fusedF16Kernels[cls-7] : fusedKernels[cls]; launch(s,T,[&]{ k(jobs.data(), bm.data()); }); }
   else launch(s,T,[&]{ rms_norm_backward_rows_f32(jobs.data(), bm.data()); });
-  if(rs) launch(rs,256,[&]{ rms_norm_dw_reduce_f32(jobs.data(), bmr.data()); });
+  if(rs) launch(rs,RED_SL*RED_CH,[&]{ rms_norm_dw_reduce_f32(jobs.data(), bmr.data()); });
 }
 struct Case { int rows, dim, gmax; };
 int fails=0;
@@ -84,7 +84,7 @@ void run(int rows,int dim,int gmax,int mode,std::vector<float>&x,std::vector<flo
   int st = (dim%4==0 && nch<=256*8) ? std::min(3, rg) : 0;
   auto mk=[&](int flags, int stages){ Job J{}; J.stages=stages; J.x=x.data(); J.w=w.data(); J.dy=dy.data(); J.r=r.data(); J.dx=dx.data(); J.part=part.data(); J.dw=dw.data();
     J.rows=rows; J.dim=dim; J.rg=rg; J.g=g; J.flags=flags; J.eps=1e-5f; J.start=0; J.rstart=0; return J;};
-  int nred=((dim+3)/4+7)/8;
+  int nred=((dim+3)/4+RED_CH-1)/RED_CH;
   bool forced = mode==1 || mode==3;
   auto go=[&](std::vector<Job> jobs){ goJobs(jobs, dim, nred, forced); };
   if(mode==0) go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, 0)});
@@ -147,7 +147,7 @@ void runT(int rows,int dim,int gmax,int mode,Types ty,const bytes& x,const bytes
   int st = (dim%4==0 && nch<=256*8 && ty.x==T_F32 && ty.dy==T_F32) ? std::min(3, rg) : 0;
   auto mk=[&](int flags, int stages){ Job J{}; J.stages=stages; J.x=x.data(); J.w=w.data(); J.dy=dy.data(); J.r=r.data(); J.dx=dx.data(); J.part=part.data(); J.dw=dw.data();
     J.rows=rows; J.dim=dim; J.rg=rg; J.g=g; J.flags=flags; J.eps=1e-5f; J.types=typesWord(flags, ty); return J;};
-  int nred=((dim+3)/4+7)/8;
+  int nred=((dim+3)/4+RED_CH-1)/RED_CH;
   bool forced = mode==1 || mode==3;
   auto go=[&](std::vector<Job> jobs){ goJobs(jobs, dim, nred, forced); };
   if(mode==0) go({mk(F_COMPUTE_R|F_WRITE_R|F_DX|F_DW, 0)});
@@ -267,11 +267,37 @@ int runMixes(std::mt19937& rng, bool halfOnly){
   }
   return bad;
 }
+// reduceDigests runs jobs of several groups (each a dw reduce) fused and
+// apart and prints, per case, an FNV-1a hash of r, dx and dw's bits: the
+// reduce's launch shape (RMS_RED_CH, RMS_RED_U, RMS_RED_EARLY) must not
+// change them (cuda.TestReduceShapeOnCPU compares two builds' lines).
+int reduceDigests(){
+  std::vector<Case> cs={{40,1024,6},{33,2048,5},{9,8192,4},{65,31,8},{5,9000,2},{300,4,2},{3,257,264},{200,1152,64}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> U(-1,1);
+  for(auto c:cs){
+    size_t n=(size_t)c.rows*c.dim;
+    std::vector<float> x(n),w(c.dim),dy(n);
+    for(auto&v:x) v=U(rng);
+    for(auto&v:dy) v=U(rng)*0.5f;
+    for(auto&v:w) v=1+0.1f*U(rng);
+    for(int mode=0; mode<3; mode+=2){
+      std::vector<float> r,dx,dw;
+      run(c.rows,c.dim,c.gmax,mode,x,w,dy,r,dx,dw);
+      unsigned long long h=1469598103934665603ull;
+      auto mix=[&](const std::vector<float>& v){ for(float f:v){ unsigned u; memcpy(&u,&f,4); for(int k=0;k<4;k++){ h^=(u>>(8*k))&255; h*=1099511628211ull; } } };
+      mix(r); mix(dx); mix(dw);
+      printf("reduce %5dx%-5d gmax %3d mode %d digest %016llx\n", c.rows, c.dim, c.gmax, mode, h);
+    }
+  }
+  return 0;
+}
 // Arguments: "eager" (copies land when issued; default late), "half" (only
-// class c9's cases, for the RMS_C9_SLOTS variant).
+// class c9's cases, for the RMS_C9_SLOTS variant), "reduce" (only
+// reduceDigests).
 int main(int argc, char** argv){
   bool halfOnly=false;
-  for(int i=1;i<argc;i++){ std::string a=argv[i]; if(a=="eager") g_eager=true; else if(a=="half") halfOnly=true; else { printf("unknown argument %s\n", argv[i]); return 2; } }
+  for(int i=1;i<argc;i++){ std::string a=argv[i]; if(a=="eager") g_eager=true; else if(a=="half") halfOnly=true; else if(a=="reduce") return reduceDigests(); else { printf("unknown argument %s\n", argv[i]); return 2; } }
   printf("cp.async copies land %s\n", g_eager ? "when issued" : "when waited for");
   // gmax (the most groups a job is split into) is small here so that groups
   // of several rows, and the next-row prefetch, are exercised cheaply.
