@@ -254,7 +254,8 @@ const smemReserve = 1024
 // every F32 multiple of 4 up to 8192 with up to n slots; RMSGRAD_CUDA_BLOCKS_PER_SM forces the
 // blocks per SM and RMSGRAD_CUDA_RG_ALIGN the groups' row alignment (0:
 // none), for benchmark variants; RMSGRAD_CUDA_PDL=0 launches the dw
-// reduction the ordinary way; RMSGRAD_CUDA_HALF_SLOTS compiles class c9
+// reduction the ordinary way and RMSGRAD_CUDA_RED_CH=n in blocks of 32n
+// threads, n 4-column chunks each (the same bits); RMSGRAD_CUDA_HALF_SLOTS compiles class c9
 // with its rows in shared-memory slots (halfSlotsEnv; Backend.classSmem
 // sizes them).
 func (b *Backend) geometry(rows, dim, cw int) geom {
