@@ -272,7 +272,10 @@ int runMixes(std::mt19937& rng, bool halfOnly){
 // reduce's launch shape (RMS_RED_CH, RMS_RED_U, RMS_RED_EARLY) must not
 // change them (cuda.TestReduceShapeOnCPU compares two builds' lines).
 int reduceDigests(){
-  std::vector<Case> cs={{40,1024,6},{33,2048,5},{9,8192,4},{65,31,8},{5,9000,2},{300,4,2},{3,257,264},{200,1152,64}};
+  // Up to 50 groups (every slice's sums in the loop's tail), and 520-1024
+  // (16-32 partials a slice: the loads-in-flight steps of 4 and 16).
+  std::vector<Case> cs={{40,1024,6},{33,2048,5},{9,8192,4},{65,31,8},{5,9000,2},{300,4,2},{3,257,264},{200,1152,64},
+    {1024,4,1024},{600,12,600},{520,64,520}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> U(-1,1);
   for(auto c:cs){
