@@ -52,6 +52,10 @@ type Backend struct {
 	// of the rows kernel before it (sm_90 and later, a driver with
 	// cuLaunchKernelEx), which hides the launch gap between the two.
 	pdl bool
+	// noReduce (RMSGRAD_CUDA_PROBE_NO_REDUCE=1, a benchmark probe) skips
+	// the dw reduce launch: dw is then wrong, and the rows kernels are
+	// timed alone.
+	noReduce bool
 
 	// mapMax: buffers of at most this many bytes are read and written by
 	// the kernels in their pinned host memory (mapped into the device's
@@ -316,6 +320,7 @@ func open(opts ...Option) (*Backend, error) {
 		b.rgAlign = v
 	}
 	b.pdl = major >= 9 && d.cuLaunchKernelEx != nil && os.Getenv("RMSGRAD_CUDA_PDL") != "0"
+	b.noReduce = os.Getenv("RMSGRAD_CUDA_PROBE_NO_REDUCE") == "1"
 	if v := os.Getenv("RMSGRAD_CUDA_RED_CH"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != 1 && n != 2 && n != 4 && n != 8) {
@@ -601,7 +606,8 @@ func (b *Backend) compileOpts(p int) []string {
 	// and the others keep their cached cubins (the general kernel alone
 	// takes NVRTC tens of seconds).
 	// Likewise the reduce's macros (-DRMS_RED_...) go only to part 1, which
-	// holds the reduce, and -DRMS_PDL_TRIGGER only to the fused classes'.
+	// holds the reduce, and -DRMS_PDL_TRIGGER and the -DRMS_PART_SKIP probe
+	// only to the fused classes'.
 	for _, o := range strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")) {
 		if k, ok := optClass(o); ok && p >= 0 && !partHoldsClass(p, k) {
 			continue
@@ -609,7 +615,7 @@ func (b *Backend) compileOpts(p int) []string {
 		if strings.HasPrefix(o, "-DRMS_RED_") && p >= 0 && p != 1 {
 			continue
 		}
-		if strings.HasPrefix(o, "-DRMS_PDL_TRIGGER") && p >= 0 && p < 2 {
+		if (strings.HasPrefix(o, "-DRMS_PDL_TRIGGER") || strings.HasPrefix(o, "-DRMS_PART_SKIP")) && p >= 0 && p < 2 {
 			continue
 		}
 		opts = append(opts, o)

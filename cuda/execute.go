@@ -290,7 +290,7 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, mode xfer) (tim
 			}
 			st.Launches++
 		}
-		if l.redBlocks > 0 {
+		if l.redBlocks > 0 && !b.noReduce {
 			if err := b.launch(b.fnReduce, shaders.CUDAReduceKernel, redSlices*redChunks, l.redBlocks, 0, l.table, l.bmapRed, b.pdl); err != nil {
 				return 0, err
 			}

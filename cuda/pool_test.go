@@ -324,6 +324,28 @@ func TestCompileOptsPerClass(t *testing.T) {
 	}
 }
 
+// The reduce's macros reach only part 1, which holds the reduce; the
+// trigger and the partials probe only the fused classes' programs (parts
+// 2 and up), so neither recompiles the general kernel.
+func TestCompileOptsReduceAndFused(t *testing.T) {
+	t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "-DRMS_RED_U=16 -DRMS_PDL_TRIGGER=1 -DRMS_PART_SKIP")
+	b := &Backend{arch: "sm_90"}
+	for p := range kernelParts() {
+		opts := b.compileOpts(p)
+		if got := slices.Contains(opts, "-DRMS_RED_U=16"); got != (p == 1) {
+			t.Errorf("part %d (%v): -DRMS_RED_U=16 in its options %v, want %v", p, kernelParts()[p], got, p == 1)
+		}
+		for _, o := range []string{"-DRMS_PDL_TRIGGER=1", "-DRMS_PART_SKIP"} {
+			if got := slices.Contains(opts, o); got != (p >= 2) {
+				t.Errorf("part %d (%v): %s in its options %v, want %v", p, kernelParts()[p], o, got, p >= 2)
+			}
+		}
+	}
+	if opts := b.compileOpts(-1); !slices.Contains(opts, "-DRMS_RED_U=16") || !slices.Contains(opts, "-DRMS_PART_SKIP") {
+		t.Errorf("the whole source (part -1) lacks an option: %v", opts)
+	}
+}
+
 // RMSGRAD_CUDA_CLASS_GEOM's items change one class each and keep its dims.
 func TestParseClassGeom(t *testing.T) {
 	classes := append([]fusedClass(nil), fusedClasses[:]...)
