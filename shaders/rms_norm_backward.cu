@@ -461,10 +461,9 @@ __device__ __forceinline__ void store_dw(const Job& J, int grp, int e, int dim, 
 		storeT<T_ANY>(J.dw, e, dim, vec, o, TYPE_DW(J));
 	} else {
 #ifdef RMS_PART_SKIP
-		// A probe (docs/cuda.md): the partials are not
-		// stored (the dw reduce then sums stale scratch), but the stores
-		// stay behind a test the compiler cannot fold, so the sums are
-		// still made.
+		// A probe (docs/cuda.md): the partials are not stored (the dw
+		// reduce then sums stale scratch), but the stores stay behind a
+		// test the compiler cannot fold, so the sums are still made.
 		if (a[0] != 1.5e-39f) return;
 #endif
 		store4(J.part + (size_t)grp * dim, e, dim, vec, a);
