@@ -57,6 +57,15 @@ type Backend struct {
 	// timed alone.
 	noReduce bool
 
+	// classes is the fused class table of this device (applyProfile):
+	// fusedClasses with the device profile's geometry; classOpts the
+	// profile's -DRMS_Cc_K/_MAXT/_MINB options by class, profileOpts its
+	// class macros; profile nil for the defaults.
+	classes     []fusedClass
+	classOpts   map[int][]string
+	profileOpts []string
+	profile     *deviceProfile
+
 	// mapMax: buffers of at most this many bytes are read and written by
 	// the kernels in their pinned host memory (mapped into the device's
 	// address space) instead of being copied (RMSGRAD_CUDA_MAP_BYTES).
@@ -315,6 +324,14 @@ func open(opts ...Option) (*Backend, error) {
 	if err := applyClassGeom(); err != nil {
 		return nil, err
 	}
+	devName := strings.TrimRight(string(name[:]), "\x00")
+	prof, err := profileFor(devName, os.Getenv("RMSGRAD_CUDA_PROFILE"))
+	if err != nil {
+		return nil, err
+	}
+	if err := b.applyProfile(prof); err != nil {
+		return nil, err
+	}
 	b.rgAlign = defaultRGAlign
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_RG_ALIGN")); err == nil && v >= 0 {
 		b.rgAlign = v
@@ -333,7 +350,10 @@ func open(opts ...Option) (*Backend, error) {
 	if v, err := strconv.Atoi(os.Getenv("RMSGRAD_CUDA_MAP_BYTES")); err == nil && v >= 0 {
 		b.mapMax = v
 	}
-	b.device = fmt.Sprintf("%s (%s)", strings.TrimRight(string(name[:]), "\x00"), b.arch)
+	b.device = fmt.Sprintf("%s (%s)", devName, b.arch)
+	if b.profile != nil {
+		b.device = fmt.Sprintf("%s (%s, geometry %s)", devName, b.arch, b.profile.name)
+	}
 
 	nv, _, err := loadNVRTC()
 	if err != nil {
@@ -393,7 +413,7 @@ func open(opts ...Option) (*Backend, error) {
 	}
 	// Classes that keep w and the dw sums in shared memory may need more
 	// than the default 48 KiB of it (c9: 64 KiB at 8192).
-	for c, fc := range fusedClasses {
+	for c, fc := range b.classTable() {
 		if n := b.classSmem(c, fc.maxDim(fc.maxThreads)); n > 0 {
 			for _, k := range classKernels(c) {
 				if err := d.check("cuFuncSetAttribute(max dynamic shared memory of "+fusedKernelName(k)+")", d.cuFuncSetAttribute(b.fnRows[k], funcAttrMaxDynSmem, int32(n))); err != nil {
@@ -405,8 +425,8 @@ func open(opts ...Option) (*Backend, error) {
 	// Occupancy of each fused class at every block size it may run with:
 	// the fewer of a half class's two kernels, so that the groups of a
 	// shape do not depend on its dtype's kernel.
-	b.occ = make([][]int, len(fusedClasses))
-	for c, fc := range fusedClasses {
+	b.occ = make([][]int, len(b.classTable()))
+	for c, fc := range b.classTable() {
 		b.occ[c] = make([]int, fc.maxThreads/32)
 		for i := range b.occ[c] {
 			for j, k := range classKernels(c) {
@@ -593,11 +613,28 @@ func (b *Backend) compileOpts(p int) []string {
 	if redChunks != 8 && (p < 0 || p == 1) {
 		opts = append(opts, fmt.Sprintf("-DRMS_RED_CH=%d", redChunks))
 	}
-	// RMSGRAD_CUDA_CLASS_GEOM's classes, in the programs that hold them.
+	// RMSGRAD_CUDA_CLASS_GEOM's classes and the device profile's, in the
+	// programs that hold them.
 	for c := range fusedClasses {
 		if o, ok := classGeom.opts[c]; ok && (p < 0 || partHoldsClass(p, c)) {
 			opts = append(opts, o...)
 		}
+		if o, ok := b.classOpts[c]; ok && (p < 0 || partHoldsClass(p, c)) {
+			opts = append(opts, o...)
+		}
+	}
+	// The profile's class macros, in the programs that hold their class,
+	// unless RMSGRAD_CUDA_NVRTC_OPTS defines the same macro (a variant).
+	envOpts := strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))
+	for _, o := range b.profileOpts {
+		if k, ok := optClass(o); ok && p >= 0 && !partHoldsClass(p, k) {
+			continue
+		}
+		macro, _, _ := strings.Cut(o, "=")
+		if slices.ContainsFunc(envOpts, func(e string) bool { m, _, _ := strings.Cut(e, "="); return m == macro }) {
+			continue
+		}
+		opts = append(opts, o)
 	}
 	// RMSGRAD_CUDA_NVRTC_OPTS adds options (space-separated), e.g.
 	// -DRMS_PF_KMAX=0 to compare kernel variants in one benchmark run. An
@@ -681,7 +718,7 @@ func (b *Backend) classSmem(c, dim int) int {
 	if c == halfSlotsClass && b.halfSlots > 0 {
 		return 4 * b.halfSlots * dim
 	}
-	if fusedClasses[c].ws {
+	if b.classTable()[c].ws {
 		return 8 * dim
 	}
 	return 0

@@ -230,3 +230,39 @@ func TestReduceShapeOnCPU(t *testing.T) {
 	}
 	t.Logf("\n%s", outs[0])
 }
+
+// TestProfilesOnCPU runs TestKernelsOnCPU's cases with each device
+// profile's geometry and class macros, as the backend compiles them on that
+// device: the fused kernels against the general kernel launched apart with
+// the same block size, bit for bit, and the double reference.
+func TestProfilesOnCPU(t *testing.T) {
+	for i := range deviceProfiles {
+		p := &deviceProfiles[i]
+		t.Run(p.name, func(t *testing.T) {
+			b := &Backend{arch: "sm_90"}
+			if err := b.applyProfile(p); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{kernelDef(t)}
+			for c := range fusedClasses {
+				args = append(args, b.classOpts[c]...)
+				if n := b.classTable()[c].maxNch; n != fusedClasses[c].maxNch {
+					if c != 4 && c != 7 {
+						t.Fatalf("class %d's widest row moved, and the emulator's table moves only c4's and c7's", c)
+					}
+					args = append(args, fmt.Sprintf("-DEMU_C%d_NCH=%d", c, n))
+				}
+			}
+			args = append(args, p.opts...)
+			if len(args) == 1 {
+				t.Skip("the profile changes nothing the emulator compiles")
+			}
+			bin := buildEmu(t, "testdata/kernel_emu.cpp", args...)
+			out, err := runWatched(emuStall, bin)
+			t.Logf("%v\n%s", args[1:], out)
+			if err != nil {
+				t.Fatalf("kernels on the CPU with the %s profile: %v", p.name, err)
+			}
+		})
+	}
+}

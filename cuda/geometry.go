@@ -199,8 +199,7 @@ func classIn(table []fusedClass, dim, cw int) (class, threads int) {
 // multiprocessor at the register cap its launch bounds set (65536
 // registers, 2048 threads, 32 blocks): a lower bound of the occupancy the
 // driver reports, used where the backend has no device (tests).
-func estBlocksPerSM(class, threads int) int {
-	fc := fusedClasses[class]
+func estBlocksPerSM(fc fusedClass, threads int) int {
 	regs := 65536 / (fc.maxThreads * fc.minBlocks) / 8 * 8
 	perWarp := (regs*32 + 255) / 256 * 256
 	n := 65536 / (perWarp * (threads / 32))
@@ -224,7 +223,7 @@ func (b *Backend) blocksPerSM(class, threads int) int {
 		n = b.occ[class][threads/32-1]
 	}
 	if n <= 0 {
-		n = estBlocksPerSM(class, threads)
+		n = estBlocksPerSM(b.classTable()[class], threads)
 	}
 	if b.maxPerSM > 0 {
 		return min(n, b.maxPerSM)
@@ -261,7 +260,7 @@ const smemReserve = 1024
 func (b *Backend) geometry(rows, dim, cw int) geom {
 	sms := max(b.sms, 1)
 	var gm geom
-	gm.class, gm.threads = classOf(dim, cw)
+	gm.class, gm.threads = classIn(b.classTable(), dim, cw)
 	perSM := 2
 	smem := cw == 4 && b.maxStages > 0 && b.smemOptin > 0 && dim%4 == 0 && dim/4 <= rowsThreads*8
 	switch {
@@ -280,3 +279,103 @@ func (b *Backend) geometry(rows, dim, cw int) geom {
 	}
 	return gm
 }
+
+// deviceProfile is a fused-class geometry measured on one GPU model and
+// applied over the defaults (fusedClasses and the .cu's S and R macros,
+// which were chosen on the H100) when the device's name holds match:
+// geom in RMSGRAD_CUDA_CLASS_GEOM's syntax, opts the .cu macros of single
+// classes (-DRMS_Cc_S, -DRMS_Cc_R). A class's block size, rows in
+// registers and rows a barrier change where its rows are read and when its
+// block sums, not the order of any sum, except that geom's K and T change
+// the block size, and so the bits of the class's dims (as the device's SM
+// count and occupancy already do through the groups: the bits depend on
+// the job and the device).
+type deviceProfile struct {
+	name  string
+	match string
+	geom  string
+	opts  []string
+}
+
+// deviceProfiles are the measured profiles (docs/cuda.md, "Geometry by
+// device"); a device none matches runs the defaults.
+var deviceProfiles = []deviceProfile{
+	{name: "h200", match: "H200", geom: h200Geom, opts: h200Opts},
+}
+
+// profileFor returns the profile of a device named name, or nil for the
+// defaults. RMSGRAD_CUDA_PROFILE (read by the caller) overrides it:
+// "default" or a profile's name.
+func profileFor(name, override string) (*deviceProfile, error) {
+	switch override {
+	case "":
+	case "default":
+		return nil, nil
+	default:
+		for i := range deviceProfiles {
+			if deviceProfiles[i].name == override {
+				return &deviceProfiles[i], nil
+			}
+		}
+		names := []string{"default"}
+		for _, p := range deviceProfiles {
+			names = append(names, p.name)
+		}
+		return nil, fmt.Errorf("cuda: RMSGRAD_CUDA_PROFILE=%q: want one of %s: %w", override, strings.Join(names, ", "), compute.ErrUnsupported)
+	}
+	for i := range deviceProfiles {
+		if strings.Contains(name, deviceProfiles[i].match) {
+			return &deviceProfiles[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// applyProfile sets the backend's class table: fusedClasses (with
+// RMSGRAD_CUDA_CLASS_GEOM's variant, when set) and over it p's geometry,
+// except for the classes that variant names, which keep the variant's.
+func (b *Backend) applyProfile(p *deviceProfile) error {
+	b.classes = append([]fusedClass(nil), fusedClasses[:]...)
+	b.profile, b.classOpts, b.profileOpts = nil, nil, nil
+	if p == nil {
+		return nil
+	}
+	var items []string
+	for _, it := range strings.Split(p.geom, ",") {
+		var c int
+		if _, err := fmt.Sscanf(it, "%d:", &c); err == nil {
+			if _, variant := classGeom.opts[c]; variant {
+				continue
+			}
+		}
+		if it != "" {
+			items = append(items, it)
+		}
+	}
+	opts, err := parseClassGeom(strings.Join(items, ","), b.classes)
+	if err != nil {
+		return fmt.Errorf("cuda: geometry profile %s: %w", p.name, err)
+	}
+	b.profile, b.classOpts, b.profileOpts = p, opts, p.opts
+	return nil
+}
+
+// classTable is the backend's class table (fusedClasses for a backend without
+// one: tests).
+func (b *Backend) classTable() []fusedClass {
+	if b.classes == nil {
+		return fusedClasses[:]
+	}
+	return b.classes
+}
+
+// h200Geom and h200Opts are the H200's profile (docs/cuda.md, "Geometry by
+// device"): c4 (w and the dw sums in shared memory, two blocks a SM) over
+// f32 4224-5120, where c5 (one block a SM) ran 4608 at 83% of copy in the
+// backend and c4's geometry 94.5% in the kernel-geometry harness (H200 run
+// 58); c6 at two rows a barrier, 97.3-97.6% at 7168 in the harness against
+// 92.6% at one row. On the H100 both lose (run 59), so it keeps the
+// defaults.
+const h200Geom = "4:4x320x2/1280s"
+
+var h200Opts = []string{"-DRMS_C6_R=2"}

@@ -32,7 +32,15 @@ struct Class { int cw, k, maxNch; };
 // The first class in order (cuda/geometry.go's classOrder: c12 between c7
 // and c8) that holds a row takes it.
 const int order[13]={0,1,2,3,4,5,6,7,12,8,9,10,11};
-const Class classes[13]={{4,RMS_C0_K,256},{4,RMS_C1_K,512},{4,RMS_C2_K,768},{4,RMS_C3_K,1024},{4,RMS_C4_K,1088},{4,RMS_C5_K,1536},{4,RMS_C6_K,2048},{8,RMS_C7_K,128},{8,RMS_C8_K,512},{8,RMS_C9_K,640},{8,RMS_C10_K,768},{8,RMS_C11_K,1024},{8,RMS_C12_K,256}};
+// EMU_Cc_NCH moves a class's widest row as RMSGRAD_CUDA_CLASS_GEOM's "/N"
+// (and a device profile's) does.
+#ifndef EMU_C4_NCH
+#define EMU_C4_NCH 1088
+#endif
+#ifndef EMU_C7_NCH
+#define EMU_C7_NCH 128
+#endif
+const Class classes[13]={{4,RMS_C0_K,256},{4,RMS_C1_K,512},{4,RMS_C2_K,768},{4,RMS_C3_K,1024},{4,RMS_C4_K,EMU_C4_NCH},{4,RMS_C5_K,1536},{4,RMS_C6_K,2048},{8,RMS_C7_K,EMU_C7_NCH},{8,RMS_C8_K,512},{8,RMS_C9_K,640},{8,RMS_C10_K,768},{8,RMS_C11_K,1024},{8,RMS_C12_K,256}};
 void classOf(int dim, int cw, int& cls, int& threads){
   cls=-1; threads=256;
   if(dim<=0 || dim%cw) return;
