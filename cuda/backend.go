@@ -59,12 +59,11 @@ type Backend struct {
 
 	// classes is the fused class table of this device (applyProfile):
 	// fusedClasses with the device profile's geometry; classOpts the
-	// profile's -DRMS_Cc_K/_MAXT/_MINB options by class, profileOpts its
-	// class macros; profile nil for the defaults.
-	classes     []fusedClass
-	classOpts   map[int][]string
-	profileOpts []string
-	profile     *deviceProfile
+	// profile's -DRMS_Cc_K/_MAXT/_MINB options by class; profile nil for
+	// the defaults.
+	classes   []fusedClass
+	classOpts map[int][]string
+	profile   *deviceProfile
 
 	// mapMax: buffers of at most this many bytes are read and written by
 	// the kernels in their pinned host memory (mapped into the device's
@@ -625,8 +624,12 @@ func (b *Backend) compileOpts(p int) []string {
 	}
 	// The profile's class macros, in the programs that hold their class,
 	// unless RMSGRAD_CUDA_NVRTC_OPTS defines the same macro (a variant).
+	var profOpts []string
+	if b.profile != nil {
+		profOpts = b.profile.opts
+	}
 	envOpts := strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS"))
-	for _, o := range b.profileOpts {
+	for _, o := range profOpts {
 		if k, ok := optClass(o); ok && p >= 0 && !partHoldsClass(p, k) {
 			continue
 		}

@@ -336,7 +336,7 @@ func profileFor(name, override string) (*deviceProfile, error) {
 // except for the classes that variant names, which keep the variant's.
 func (b *Backend) applyProfile(p *deviceProfile) error {
 	b.classes = append([]fusedClass(nil), fusedClasses[:]...)
-	b.profile, b.classOpts, b.profileOpts = nil, nil, nil
+	b.profile, b.classOpts = nil, nil
 	if p == nil {
 		return nil
 	}
@@ -356,7 +356,7 @@ func (b *Backend) applyProfile(p *deviceProfile) error {
 	if err != nil {
 		return fmt.Errorf("cuda: geometry profile %s: %w", p.name, err)
 	}
-	b.profile, b.classOpts, b.profileOpts = p, opts, p.opts
+	b.profile, b.classOpts = p, opts
 	return nil
 }
 
