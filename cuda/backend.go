@@ -135,7 +135,10 @@ type Backend struct {
 // mem is one pooled allocation: pinned host memory and device memory of the
 // same size (host is nil for device-only scratch). hdev is the host
 // memory's address in the device's address space (the kernels read and
-// write small buffers there, with no copies).
+// write small buffers there, with no copies). A buffer of at most mapMax
+// bytes gets no device memory when it is allocated (dptr 0: the kernels
+// use hdev); devMem adds it the first time one is copied (a benchmark's
+// copy mode, or the job table).
 type mem struct {
 	host unsafe.Pointer
 	hdev uint64
@@ -837,7 +840,25 @@ func (b *Backend) getMem(n int, withHost bool) (*mem, error) {
 			return m, nil
 		}
 	}
-	return b.newMem(c, withHost)
+	m, err := b.newMem(c, withHost, true)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// devMem gives m its device memory if it has none yet (a buffer allocated
+// at most mapMax bytes, now copied). The context must be bound.
+func (b *Backend) devMem(m *mem) error {
+	if m.dptr != 0 {
+		return nil
+	}
+	b.allocs.Add(1)
+	if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(m.size))); err != nil {
+		m.dptr = 0
+		return fmt.Errorf("cuda: allocating %d device bytes: %w", m.size, err)
+	}
+	return nil
 }
 
 // pooled takes an allocation of size class c from the pool, or returns
@@ -943,14 +964,17 @@ func (b *Backend) arenaFree() int {
 	return b.arenaSize - b.arenaUsed
 }
 
-// newMem allocates c bytes of device memory, and of pinned host memory
-// mapped into the device's address space when withHost. The context must be
-// bound, and b.poolMu or b.growMu (for reading) held, so that Close waits.
-func (b *Backend) newMem(c int, withHost bool) (*mem, error) {
+// newMem allocates c bytes of pinned host memory mapped into the device's
+// address space when withHost, and of device memory when dev (without
+// either it allocates device memory). The context must be bound, and
+// b.poolMu or b.growMu (for reading) held, so that Close waits.
+func (b *Backend) newMem(c int, withHost, dev bool) (*mem, error) {
 	b.allocs.Add(1)
 	m := &mem{size: c}
-	if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(c))); err != nil {
-		return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
+	if dev || !withHost {
+		if err := b.d.check("cuMemAlloc", b.d.cuMemAlloc(&m.dptr, uintptr(c))); err != nil {
+			return nil, fmt.Errorf("cuda: allocating %d device bytes: %w", c, err)
+		}
 	}
 	if withHost {
 		if host, hdev, ok := b.arenaTake(c); ok {
@@ -959,12 +983,16 @@ func (b *Backend) newMem(c int, withHost bool) (*mem, error) {
 			return m, nil
 		}
 		if err := b.d.check("cuMemHostAlloc", b.d.cuMemHostAlloc(&m.host, uintptr(c), memHostAllocPortab|memHostAllocDevMap)); err != nil {
-			b.d.cuMemFree(m.dptr)
+			if m.dptr != 0 {
+				b.d.cuMemFree(m.dptr)
+			}
 			return nil, fmt.Errorf("cuda: allocating %d pinned host bytes: %w", c, err)
 		}
 		if err := b.d.check("cuMemHostGetDevicePointer", b.d.cuMemHostGetDevicePtr(&m.hdev, m.host, 0)); err != nil {
 			b.d.cuMemFreeHost(m.host)
-			b.d.cuMemFree(m.dptr)
+			if m.dptr != 0 {
+				b.d.cuMemFree(m.dptr)
+			}
 			return nil, fmt.Errorf("cuda: mapping %d pinned host bytes: %w", c, err)
 		}
 		clear(unsafe.Slice((*byte)(m.host), c))
@@ -1059,7 +1087,9 @@ func (b *Backend) allocBound(c int, evict []*mem) (*mem, error) {
 	for _, m := range evict {
 		b.freeMem(m)
 	}
-	return b.newMem(c, true)
+	// A buffer the kernels reach through its mapping needs no device
+	// memory (devMem adds it if one is ever copied).
+	return b.newMem(c, true, c > b.mapMax)
 }
 
 // Close releases the device. Buffers must be released first; pooled memory

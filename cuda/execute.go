@@ -195,6 +195,8 @@ func (b *Backend) execute(ctx context.Context, ops []compute.Op, mode xfer) (tim
 		for _, x := range bufs {
 			if mapped(x) {
 				st.Mapped += x.nbytes()
+			} else if err := b.devMem(x.m); err != nil {
+				return 0, fmt.Errorf("cuda: buffer %v, copied: %w", x.shape, err)
 			}
 		}
 	}
@@ -392,6 +394,10 @@ func (b *Backend) ensure(m **mem, n int, withHost bool) error {
 	}
 	nm, err := b.getMem(n, withHost)
 	if err != nil {
+		return err
+	}
+	if err := b.devMem(nm); err != nil { // a pooled buffer may have none
+		b.freeMem(nm)
 		return err
 	}
 	b.freeMem(*m)

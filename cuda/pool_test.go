@@ -425,3 +425,76 @@ func TestParseClassGeom(t *testing.T) {
 		t.Errorf("empty: %v, %v", o, err)
 	}
 }
+
+// A buffer of at most mapMax bytes, which the kernels reach through its
+// pinned host memory's mapping, gets no device memory when allocated; devMem
+// (a benchmark's copy mode, the job table taken from the pool) adds it once
+// and Close frees it. Larger buffers get theirs at once.
+func TestMappedBuffersNoDeviceMemory(t *testing.T) {
+	be, f := newFakeBackend(t)
+	be.mapMax = 1 << 20
+	small, err := be.Alloc(compute.F32, 8, 1024) // 32 KiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, dev := f.held(); dev != 0 {
+		t.Fatalf("a 32 KiB buffer (map bytes 1 MiB) took %d device bytes; want none", dev)
+	}
+	large, err := be.Alloc(compute.F32, 1<<19) // 2 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dev := f.held()
+	if dev != sizeClass(2<<20) {
+		t.Fatalf("a 2 MiB buffer: %d device bytes; want %d", dev, sizeClass(2<<20))
+	}
+	unlock, err := be.bindCtx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := small.(*buffer).m
+	for range 2 { // the second call allocates nothing
+		if err := be.devMem(m); err != nil {
+			t.Fatal(err)
+		}
+		if _, d := f.held(); d != dev+m.size || m.dptr == 0 {
+			t.Fatalf("after devMem: %d device bytes (dptr %#x); want %d", d, m.dptr, dev+m.size)
+		}
+	}
+	// The job table from the pool: a released small buffer with no device
+	// memory gets some.
+	other, err := be.Alloc(compute.F32, 4, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	om := other.(*buffer).m
+	if om.dptr != 0 {
+		t.Fatalf("a 16 KiB buffer has device memory %#x", om.dptr)
+	}
+	other.Release()
+	if err := be.ensure(&be.table, 16<<10, true); err != nil {
+		t.Fatal(err)
+	}
+	if be.table != om || be.table.dptr == 0 {
+		t.Fatalf("the job table: %p with dptr %#x; want the pooled buffer %p, given device memory", be.table, be.table.dptr, om)
+	}
+	// Out of device memory: the error names the size.
+	third, err := be.Alloc(compute.F32, 2, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.failDev = true
+	f.mu.Unlock()
+	if err := be.devMem(third.(*buffer).m); err == nil || !strings.Contains(err.Error(), "8192 device bytes") {
+		t.Fatalf("devMem out of device memory: %v; want an error naming 8192 device bytes", err)
+	}
+	f.mu.Lock()
+	f.failDev = false
+	f.mu.Unlock()
+	unlock()
+	for _, x := range []compute.Buffer{small, large, third} {
+		x.Release()
+	}
+	closeFreesAll(t, be, f)
+}
