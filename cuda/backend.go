@@ -649,8 +649,8 @@ func (b *Backend) compileOpts(p int) []string {
 	// and the others keep their cached cubins (the general kernel alone
 	// takes NVRTC tens of seconds).
 	// Likewise the reduce's macros (-DRMS_RED_...) go only to part 1, which
-	// holds the reduce, and -DRMS_PDL_TRIGGER and the -DRMS_PART_SKIP probe
-	// only to the fused classes'.
+	// holds the reduce, and -DRMS_PDL_TRIGGER, -DRMS_NARROW8 and the
+	// -DRMS_PART_SKIP probe only to the fused classes'.
 	for _, o := range strings.Fields(os.Getenv("RMSGRAD_CUDA_NVRTC_OPTS")) {
 		if k, ok := optClass(o); ok && p >= 0 && !partHoldsClass(p, k) {
 			continue
@@ -658,7 +658,7 @@ func (b *Backend) compileOpts(p int) []string {
 		if strings.HasPrefix(o, "-DRMS_RED_") && p >= 0 && p != 1 {
 			continue
 		}
-		if (strings.HasPrefix(o, "-DRMS_PDL_TRIGGER") || strings.HasPrefix(o, "-DRMS_PART_SKIP")) && p >= 0 && p < 2 {
+		if (strings.HasPrefix(o, "-DRMS_PDL_TRIGGER") || strings.HasPrefix(o, "-DRMS_NARROW8") || strings.HasPrefix(o, "-DRMS_PART_SKIP")) && p >= 0 && p < 2 {
 			continue
 		}
 		opts = append(opts, o)

@@ -328,14 +328,14 @@ func TestCompileOptsPerClass(t *testing.T) {
 // trigger and the partials probe only the fused classes' programs (parts
 // 2 and up), so neither recompiles the general kernel.
 func TestCompileOptsReduceAndFused(t *testing.T) {
-	t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "-DRMS_RED_U=16 -DRMS_PDL_TRIGGER=1 -DRMS_PART_SKIP")
+	t.Setenv("RMSGRAD_CUDA_NVRTC_OPTS", "-DRMS_RED_U=16 -DRMS_PDL_TRIGGER=1 -DRMS_NARROW8=1 -DRMS_PART_SKIP")
 	b := &Backend{arch: "sm_90"}
 	for p := range kernelParts() {
 		opts := b.compileOpts(p)
 		if got := slices.Contains(opts, "-DRMS_RED_U=16"); got != (p == 1) {
 			t.Errorf("part %d (%v): -DRMS_RED_U=16 in its options %v, want %v", p, kernelParts()[p], got, p == 1)
 		}
-		for _, o := range []string{"-DRMS_PDL_TRIGGER=1", "-DRMS_PART_SKIP"} {
+		for _, o := range []string{"-DRMS_PDL_TRIGGER=1", "-DRMS_NARROW8=1", "-DRMS_PART_SKIP"} {
 			if got := slices.Contains(opts, o); got != (p >= 2) {
 				t.Errorf("part %d (%v): %s in its options %v, want %v", p, kernelParts()[p], o, got, p >= 2)
 			}

@@ -282,6 +282,37 @@ __device__ __forceinline__ unsigned int narrow2(float lo, float hi) {
 	return narrow<T>(lo) | (narrow<T>(hi) << 16);
 }
 
+// narrow8 rounds eight float32 (a 16-byte chunk of half dx) to dtype T,
+// packed as narrow2 packs pairs, with the same bits: with RMS_NARROW8 set
+// (a benchmark variant, RMSGRAD_CUDA_NVRTC_OPTS) one NaN test covers the
+// eight and, when none is a NaN, four cvts round them with no branch;
+// otherwise (and by default) narrow2 tests each pair.
+#ifndef RMS_NARROW8
+#define RMS_NARROW8 0
+#endif
+template <int T>
+__device__ __forceinline__ uint4 narrow8(const float (&o)[2][4]) {
+#if RMS_NARROW8 && !defined(RMS_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	bool num = true;
+#pragma unroll
+	for (int h = 0; h < 2; h++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) num &= o[h][i] == o[h][i];
+	if (num) {
+		unsigned int d[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			if constexpr (T == T_BF16)
+				asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d[i]) : "f"(o[i >> 1][2 * (i & 1) + 1]), "f"(o[i >> 1][2 * (i & 1)]));
+			else
+				asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d[i]) : "f"(o[i >> 1][2 * (i & 1) + 1]), "f"(o[i >> 1][2 * (i & 1)]));
+		}
+		return make_uint4(d[0], d[1], d[2], d[3]);
+	}
+#endif
+	return make_uint4(narrow2<T>(o[0][0], o[0][1]), narrow2<T>(o[0][2], o[0][3]), narrow2<T>(o[1][0], o[1][1]), narrow2<T>(o[1][2], o[1][3]));
+}
+
 // loadT loads 4 elements at e of a row p of dtype T (of dt when T is
 // T_ANY, which dispatches at run time), widened to float32; past dim, 0.
 // A vec chunk of halfs is one 8-byte load.
@@ -793,9 +824,7 @@ __device__ void rows_regs(const Job& J, int grp, float* red) {
 							if constexpr (HALF && CW == 8) {
 								if (vec16) {
 									if (c < nch)
-										ST_U4((unsigned short*)dxr + c * 8,
-										      make_uint4(narrow2<IO>(o[0][0], o[0][1]), narrow2<IO>(o[0][2], o[0][3]),
-										                 narrow2<IO>(o[1][0], o[1][1]), narrow2<IO>(o[1][2], o[1][3])));
+										ST_U4((unsigned short*)dxr + c * 8, narrow8<IO>(o));
 									continue;
 								}
 							}
@@ -1066,8 +1095,7 @@ __device__ void rows_slots(const Job& J, int grp, float* red) {
 						for (int q2 = 0; q2 < 4; q2++)
 							dwacc[2 * k + h][q2] = __fmaf_rn(__fmul_rn(dv[q2], xv[q2]), r, dwacc[2 * k + h][q2]);
 					}
-					ST_U4(dxr + c * 8, make_uint4(narrow2<IO>(o[0][0], o[0][1]), narrow2<IO>(o[0][2], o[0][3]),
-					                              narrow2<IO>(o[1][0], o[1][1]), narrow2<IO>(o[1][2], o[1][3])));
+					ST_U4(dxr + c * 8, narrow8<IO>(o));
 				}
 			}
 		}
