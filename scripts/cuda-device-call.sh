@@ -19,14 +19,7 @@ OUT=${1:?}
 N='RMSGRAD_NOOP=1'
 D='RMSGRAD_CUDA_PROFILE=default'
 V="$N;$D;$N;$D;$N"
-# CALL_VARIANTS=leads: the H200 leads of run 58 not yet run in the
-# backend, each beside the defaults (c0 in blocks of 256, three a SM; c1,
-# c2 and c3 at other rows a barrier; c8 in blocks of 128, four a SM; c11
-# at one row a barrier; c5 with w and the dw sums in shared memory, two
-# blocks a SM); pass VDIMS and VDTYPES=f32,bf16 to match.
-G='RMSGRAD_CUDA_CLASS_GEOM'
-O='RMSGRAD_CUDA_NVRTC_OPTS'
-[ "${CALL_VARIANTS:-}" = leads ] && CALL_VARIANTS="$N;$G=0:1x256x3;$O=-DRMS_C1_S=2 -DRMS_C1_R=2;$O=-DRMS_C2_R=1;$N;$O=-DRMS_C3_R=2;$G=8:4x128x4s;$O=-DRMS_C11_R=1;$G=5:4x384x2s;$N"
+# The untried H200 geometry leads: scripts/cuda-leads-call.sh.
 V=${CALL_VARIANTS:-$V} # another list, in the same form
 : "${VDIMS:=1024,2048,2560,4480,4608,5120,5248,6144,6656,7168,8192}"
 export BIN=.devrun/bin HOSTBENCH_TIMEOUT=170 HOSTBENCH_FLAGS='-only e2e -repeat 3 -inproc-backend cuda'
