@@ -89,10 +89,17 @@ func testAbortStaleUploads(t *testing.T, kind string) {
 	debris(t, gw, "data", "t/old.safetensors", 5<<20)
 	debris(t, gw, "data", "u/outside-prefix.safetensors", 5<<20)
 	debris(t, gw, "readonly", "old.safetensors", 5<<20)
-	time.Sleep(1500 * time.Millisecond)
+	// The young upload must stay under the age limit and the old ones
+	// over it however long making the young one takes on a loaded
+	// machine (its 5 MiB part): the limit is that time plus 1.5 s (the
+	// servers stamp uploads in whole seconds), and the old ones are 3 s
+	// older than the young one.
+	time.Sleep(3 * time.Second)
+	youngStart := time.Now()
 	debris(t, gw, "data", "t/young.safetensors", 5<<20)
+	maxAge := time.Since(youngStart) + 1500*time.Millisecond
 	st := newStore(t, gw, nil)
-	res, err := st.AbortStaleUploads(context.Background(), time.Second)
+	res, err := st.AbortStaleUploads(context.Background(), maxAge)
 	if err != nil {
 		t.Fatal(err)
 	}
