@@ -840,11 +840,7 @@ func (b *Backend) getMem(n int, withHost bool) (*mem, error) {
 			return m, nil
 		}
 	}
-	m, err := b.newMem(c, withHost, true)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return b.newMem(c, withHost, true)
 }
 
 // devMem gives m its device memory if it has none yet (a buffer allocated
@@ -964,10 +960,10 @@ func (b *Backend) arenaFree() int {
 	return b.arenaSize - b.arenaUsed
 }
 
-// newMem allocates c bytes of pinned host memory mapped into the device's
-// address space when withHost, and of device memory when dev (without
-// either it allocates device memory). The context must be bound, and
-// b.poolMu or b.growMu (for reading) held, so that Close waits.
+// newMem allocates c bytes of device memory when dev or !withHost, and of
+// pinned host memory mapped into the device's address space when withHost.
+// The context must be bound, and b.poolMu or b.growMu (for reading) held,
+// so that Close waits.
 func (b *Backend) newMem(c int, withHost, dev bool) (*mem, error) {
 	b.allocs.Add(1)
 	m := &mem{size: c}
