@@ -13,7 +13,9 @@
 #    RMS_PDL_TRIGGER variants.
 # 2. scripts/cuda_leads_combine.py takes, per class, the variant that beat
 #    N by a point or more on the class's dims (and lost no more than one at
-#    any), and combines them.
+#    any), and combines them; RMS_NARROW8 counts as a class of the half
+#    dims, RMS_PDL_TRIGGER and the profile against the defaults are left
+#    to be read by hand.
 # 3. Under the combination: the conformance suite, the bench (the table
 #    with the torch peers, the sweep of every dim), then the combination
 #    alternated with N at its dims. A combination that wins goes into the
