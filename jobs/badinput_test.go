@@ -162,7 +162,7 @@ func newRealEnv(t *testing.T, limits Limits, signingKey []byte) *realEnv {
 	// a command buffer.
 	e.b = NewBatcher(e.be, BatchConfig{MaxJobs: 16, MaxWait: 25 * time.Millisecond}, m, log)
 	h, err := NewHandler(HandlerConfig{Backend: e.be, Batcher: e.b, Store: routerAdapter{e.reader}, Budget: NewBudget(64 << 20),
-		Limits: limits, SigningKey: signingKey, Worker: "badinput", Metrics: m, Logger: log})
+		Limits: limits, SigningKey: signingKey, Worker: "badinput", Metrics: m, Logger: log, Pins: NewPinCache(1 << 20)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,6 +662,16 @@ func TestBadInput(t *testing.T) {
 				return s
 			}), nil
 		}, want: []string{"tensor x", "non-finite values", "row 0 of x: its sum of squares overflows float32"}, sameBatch: true},
+		{name: "w not the bytes its pin names", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
+			j := okJob(t, e, p+".safetensors")
+			j.WSHA256 = strings.Repeat("ab", 32)
+			return j, nil
+		}, want: []string{"tensor w", ".safetensors#w", "does not match the job's w_sha256", "the job pins " + strings.Repeat("ab", 32)}, sameBatch: false},
+		{name: "w_sha256 not a digest", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
+			j := good0(p)
+			j.WSHA256 = "ABCD"
+			return j, nil
+		}, want: []string{"w_sha256", "64 lowercase hex digits", "got 4 characters"}},
 		{name: "unknown output", make: func(t *testing.T, e *realEnv, p string) (Job, []byte) {
 			j := good0(p)
 			j.Outputs = []string{"dx", "ddx"}

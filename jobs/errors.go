@@ -55,7 +55,7 @@ func (e *JobError) Unwrap() []error {
 // IsPermanent reports whether err is one retrying the job cannot fix: an
 // invalid payload or signature, a storage error storage.Permanent calls
 // permanent, a limit, a job that never fits the budget, a compute argument
-// error, or non-finite values.
+// error, non-finite values, or a w that does not hash to the job's pin.
 //
 // storage.ErrAccess is the exception: credentials refused are the worker's
 // configuration, not the job (the allow-list already keeps jobs to the
@@ -67,7 +67,7 @@ func IsPermanent(err error) bool {
 	if errors.As(err, &je) {
 		return je.Permanent
 	}
-	for _, e := range []error{ErrInvalidJob, ErrBadSignature, ErrLimit, ErrNeverFits, ErrNonFinite, compute.ErrInvalidArgument, asynq.SkipRetry} {
+	for _, e := range []error{ErrInvalidJob, ErrBadSignature, ErrLimit, ErrNeverFits, ErrNonFinite, ErrPinMismatch, compute.ErrInvalidArgument, asynq.SkipRetry} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -165,6 +165,7 @@ type memStore struct {
 	writes  map[string]int
 	allow   []string
 	headErr func(uri string) error
+	heads   map[string]int // Heads made, per uri
 	// presummed counts outputs written with the batcher's digest.
 	presummed atomic.Int64
 }
@@ -203,6 +204,10 @@ func (s *memStore) Head(ctx context.Context, uri string) (TensorInfo, error) {
 	}
 	s.mu.Lock()
 	t, ok := s.tensors[uri]
+	if s.heads == nil {
+		s.heads = map[string]int{}
+	}
+	s.heads[uri]++
 	s.mu.Unlock()
 	if !ok {
 		return TensorInfo{}, fmt.Errorf("head %s: %w", uri, storage.ErrNotFound)

@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +57,9 @@ type HandlerConfig struct {
 	// Gate, when set, holds each job before its first storage request
 	// while a dependency of the worker is down (see Gate).
 	Gate *Gate
+	// Pins keeps the w tensors that jobs pinned with w_sha256 once they
+	// were read and checked (nil: every pinned w is read and checked).
+	Pins *PinCache
 }
 
 // Handler processes rmsnorm:backward tasks: decode, validate, check the
@@ -119,6 +124,11 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		g.mu.Lock()
 		g.onHeld = func(n int) { h.m.Held.Set(float64(n)) }
 		g.mu.Unlock()
+	}
+	if cfg.Pins != nil {
+		cfg.Pins.mu.Lock()
+		cfg.Pins.onSize = func(n int64) { h.m.PinBytes.Set(float64(n)) }
+		cfg.Pins.mu.Unlock()
 	}
 	prev := cfg.Budget.onChange
 	cfg.Budget.onChange = func(v int64) {
@@ -334,9 +344,27 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		}
 	}
 
+	// A pinned w that an earlier job read and checked is taken from memory:
+	// its header is the one read then, its bytes hash to this job's pin.
+	var pin *pinned
+	if j.WSHA256 != "" {
+		var hit bool
+		if pin, hit = h.cfg.Pins.get(j.W, j.WSHA256); hit {
+			h.m.Pins.WithLabelValues(PinHit).Inc()
+		} else {
+			h.m.Pins.WithLabelValues(PinMiss).Inc()
+		}
+	}
+
 	// Headers first: shapes, dtypes and sizes are checked before data moves.
 	var infos [3]TensorInfo
+	if pin != nil {
+		infos[1] = TensorInfo{URI: j.W, DType: pin.dtype, Shape: slices.Clone(pin.shape), Size: int64(len(pin.data)), Local: true}
+	}
 	err = each3(ctx, func(ctx context.Context, i int) error {
+		if i == 1 && pin != nil {
+			return nil
+		}
 		ti, err := h.cfg.Store.Head(ctx, uris[i])
 		if err != nil {
 			return jobErr(id, inputNames[i], uris[i], err)
@@ -401,6 +429,14 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		if need := int64(dts[i].Size()) * int64(compute.NumElements(shapes[i])); need != infos[i].Size {
 			return nil, jobErr(id, inputNames[i], uris[i], fmt.Errorf("%w: header says %d data bytes, shape %v of %s needs %d", storage.ErrFormat, infos[i].Size, infos[i].Shape, dts[i], need))
 		}
+		if i == 1 && pin != nil {
+			if dsts[i], err = alloc(inputNames[i], dts[i], shapes[i]...); err != nil {
+				return nil, err
+			}
+			copy(dsts[i].Bytes(), pin.data)
+			filled[i] = true
+			continue
+		}
 		if b := h.adopt(infos[i], dts[i], shapes[i]); b != nil {
 			bufs = append(bufs, b)
 			dsts[i], filled[i] = b, true
@@ -441,6 +477,9 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 		}
 		if err := checkFiniteBuf(dsts[i]); err != nil {
 			return jobErr(id, inputNames[i], uris[i], fmt.Errorf("input: %w", err))
+		}
+		if i == 1 && j.WSHA256 != "" && pin == nil {
+			return h.checkPin(id, &j, infos[1], dsts[1].Bytes())
 		}
 		return nil
 	})
@@ -624,6 +663,19 @@ func (h *Handler) adopt(t TensorInfo, dt compute.DType, shape []int) compute.Buf
 		return b
 	}
 	return b
+}
+
+// checkPin checks that w's bytes, just read, hash to the job's w_sha256,
+// and keeps them for the jobs that pin the same w.
+func (h *Handler) checkPin(id string, j *Job, t TensorInfo, data []byte) error {
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != j.WSHA256 {
+		h.m.Pins.WithLabelValues(PinMismatch).Inc()
+		return jobErr(id, "w", j.W, fmt.Errorf("%w: its %d data bytes (%s %v) hash to %s, the job pins %s (w was replaced after the job was posted, or the pin is wrong)",
+			ErrPinMismatch, len(data), t.DType, t.Shape, got, j.WSHA256))
+	}
+	h.cfg.Pins.put(j.W, j.WSHA256, t.DType, t.Shape, data)
+	return nil
 }
 
 // seq3 runs f for the three inputs one after another, stopping at the

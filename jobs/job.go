@@ -61,6 +61,13 @@ type Job struct {
 	// in x's dtype and dw in w's. "F32" is the common choice for a dw
 	// summed over many microbatches.
 	GradDType string `json:"grad_dtype,omitempty"`
+	// WSHA256 pins w: the lowercase hex SHA-256 of w's tensor data bytes
+	// (what Result.SHA256 and the sha256.<name> metadata hold for a
+	// tensor). A worker checks w against it, failing the job permanently
+	// on a mismatch, and may then serve later jobs that name the same w
+	// with the same pin from memory, without a request (see PinCache).
+	// Empty: w is read for every job and not checked.
+	WSHA256 string `json:"w_sha256,omitempty"`
 	// EnqueuedNS is the enqueue time (Unix nanoseconds), set by Client.Enqueue
 	// so the worker can report queue wait.
 	EnqueuedNS int64 `json:"enqueued_ns,omitempty"`
@@ -209,6 +216,9 @@ func (j *Job) Validate() error {
 	if j.GradDType != "" && !compute.DType(j.GradDType).Valid() {
 		return fieldErr("grad_dtype", "%q is not a dtype rmsgrad computes (want one of F32, BF16, F16, as safetensors spells them, or omit it for dx like x and dw like w)", j.GradDType)
 	}
+	if j.WSHA256 != "" && !isSHA256Hex(j.WSHA256) {
+		return fieldErr("w_sha256", "want the 64 lowercase hex digits of a SHA-256, got %d characters%s", len(j.WSHA256), hexHint(j.WSHA256))
+	}
 	seen := map[string]bool{}
 	for _, o := range j.Outputs {
 		switch o {
@@ -227,6 +237,31 @@ func (j *Job) Validate() error {
 		}
 	}
 	return nil
+}
+
+// isSHA256Hex reports whether s is 64 lowercase hex digits.
+func isSHA256Hex(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// hexHint says what is wrong with a would-be hex digest of the right
+// length.
+func hexHint(s string) string {
+	if len(s) != 2*sha256.Size {
+		return ""
+	}
+	if strings.ToLower(s) != s {
+		return " (upper case: write it in lower case)"
+	}
+	return " (not all hex digits)"
 }
 
 // sameObject compares two tensor URIs without their #name fragment: an

@@ -10,6 +10,9 @@ import (
 
 const goodPayload = `{"v":1,"x":"s3://b/in.safetensors#x","w":"s3://b/in.safetensors#w","dy":"s3://b/in.safetensors#dy","out":"s3://b/out.safetensors","eps":1e-6}`
 
+// testPin is the SHA-256 of no bytes.
+const testPin = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
 func TestDecodeValid(t *testing.T) {
 	j, err := Decode([]byte(goodPayload))
 	if err != nil {
@@ -27,6 +30,10 @@ func TestDecodeValid(t *testing.T) {
 	}
 	if got := j2.WantOutputs(); strings.Join(got, ",") != "dx,r" {
 		t.Fatalf("outputs canonical order = %v", got)
+	}
+	j3, err := Decode([]byte(strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"w_sha256":"`+testPin+`"`, 1)))
+	if err != nil || j3.WSHA256 != testPin {
+		t.Fatalf("w_sha256: %+v, %v", j3, err)
 	}
 	for _, c := range []struct {
 		grad, x, w, wantDX, wantDW string
@@ -68,6 +75,10 @@ func TestDecodeRejects(t *testing.T) {
 		{"grad_dtype lowercase", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"grad_dtype":"f32"`, 1), "grad_dtype"},
 		{"grad_dtype F64", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"grad_dtype":"F64"`, 1), "grad_dtype"},
 		{"grad_dtype not a string", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"grad_dtype":16`, 1), "payload"},
+		{"w_sha256 short", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"w_sha256":"`+strings.Repeat("a", 63)+`"`, 1), "w_sha256"},
+		{"w_sha256 upper case", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"w_sha256":"`+strings.ToUpper(testPin)+`"`, 1), "w_sha256"},
+		{"w_sha256 not hex", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"w_sha256":"`+strings.Repeat("g", 64)+`"`, 1), "w_sha256"},
+		{"w_sha256 not a string", strings.Replace(goodPayload, `"eps":1e-6`, `"eps":1e-6,"w_sha256":1`, 1), "payload"},
 		{"too large", `{"v":1,"x":"` + strings.Repeat("a", MaxPayloadBytes) + `"}`, "payload"},
 	}
 	for _, c := range cases {
@@ -162,6 +173,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"v":1,"x":"a#1","w":"a#2","dy":"a#3","out":"a#4","eps":1}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"grad_dtype":"BF16"}`))
+	f.Add([]byte(`{"v":1,"x":"a","w":"b","dy":"c","out":"d","eps":1e-5,"w_sha256":"` + testPin + `"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		j, err := Decode(data)
 		if err != nil {

@@ -64,6 +64,9 @@ func decodeFast(payload []byte) (j Job, ok bool) {
 			case "grad_dtype":
 				bit = 1 << 9
 				j.GradDType, ok = p.str()
+			case "w_sha256":
+				bit = 1 << 10
+				j.WSHA256, ok = p.str()
 			default:
 				return Job{}, false
 			}

@@ -46,7 +46,20 @@ type Metrics struct {
 	// Tensors counts the tensors of completed jobs by tensor (x, w, dy,
 	// dx, dw) and dtype (F32, BF16, F16): the dtype mix a worker serves.
 	Tensors *prometheus.CounterVec
+	// Pins counts the jobs that pinned w (w_sha256) by what the pin cache
+	// did: hit (w from memory), miss (read and checked), mismatch (w did
+	// not hash to the pin: the job failed).
+	Pins *prometheus.CounterVec
+	// PinBytes is the tensor data the pin cache holds now.
+	PinBytes prometheus.Gauge
 }
+
+// Pin cache results, the label of rmsgrad_w_pins_total.
+const (
+	PinHit      = "hit"
+	PinMiss     = "miss"
+	PinMismatch = "mismatch"
+)
 
 // NewMetrics creates the collectors and registers them with reg (if not nil).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -86,9 +99,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Tensors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rmsgrad_tensors_total", Help: "Tensors of completed jobs, by tensor (x, w, dy, dx, dw) and dtype (F32, BF16, F16).",
 		}, []string{"tensor", "dtype"}),
+		Pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rmsgrad_w_pins_total", Help: "Jobs that pinned w with w_sha256, by result: hit (w served from the pin cache), miss (w read and checked; mismatches included), mismatch (w did not hash to the pin; the job failed).",
+		}, []string{"result"}),
+		PinBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rmsgrad_pin_cache_bytes", Help: "Tensor data bytes held in the pin cache (the pinned w tensors).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures, m.Held, m.Tensors)
+		reg.MustRegister(m.Jobs, m.BatchSize, m.Stage, m.BytesIn, m.BytesOut, m.InFlight, m.DeviceBusy, m.Fallbacks, m.BadSignatures, m.Held, m.Tensors, m.Pins, m.PinBytes)
 	}
 	return m
 }

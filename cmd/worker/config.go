@@ -47,6 +47,10 @@ type Config struct {
 	// PinReserveBytes is the pinned host memory a GPU backend (cuda)
 	// reserves at start for its buffer pool: -1 is budget_bytes, 0 none.
 	PinReserveBytes int64         `yaml:"pin_reserve_bytes"`
+	// PinCacheBytes bounds the pin cache: the w tensors that jobs pinned
+	// with w_sha256, kept after one job read and checked them; 0 keeps
+	// none (pins are still checked).
+	PinCacheBytes int64 `yaml:"pin_cache_bytes"`
 	Limits          LimitsConfig  `yaml:"limits"`
 	Batch           BatchCfg      `yaml:"batch"`
 	Redis           RedisConfig   `yaml:"redis"`
@@ -172,7 +176,7 @@ func defaultConfig() Config {
 		Queues:   map[string]int{"rmsnorm": 1},
 		Shutdown: 2 * time.Minute, RetryBase: time.Second, RetryMax: 5 * time.Minute, OutageHold: 30 * time.Second,
 		HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
-		BudgetBytes: 2 << 30, PinReserveBytes: -1,
+		BudgetBytes: 2 << 30, PinReserveBytes: -1, PinCacheBytes: jobs.DefaultPinCacheBytes,
 		Limits: LimitsConfig{MaxElements: 1 << 28, MaxJobBytes: 1 << 30, MaxHeaderBytes: 1 << 20, HeaderBudgetBytes: 64 << 20},
 		Batch:  BatchCfg{MaxJobs: 32, MaxBytes: 256 << 20, MaxWait: 2 * time.Millisecond},
 		Redis:  RedisConfig{Addr: "127.0.0.1:6379"},
@@ -301,7 +305,7 @@ var envVars = []struct{ env, key string }{
 	{"RMSGRAD_WORKER", "worker"}, {"RMSGRAD_BACKEND", "backend"}, {"RMSGRAD_CONCURRENCY", "concurrency"},
 	{"RMSGRAD_PROCS", "procs"},
 	{"RMSGRAD_SHUTDOWN_TIMEOUT", "shutdown_timeout"}, {"RMSGRAD_HTTP_ADDR", "http_addr"}, {"RMSGRAD_LOG_LEVEL", "log_level"},
-	{"RMSGRAD_BUDGET_BYTES", "budget_bytes"}, {"RMSGRAD_PIN_RESERVE_BYTES", "pin_reserve_bytes"}, {"RMSGRAD_REDIS_ADDR", "redis.addr"}, {"RMSGRAD_REDIS_URL", "redis.url"},
+	{"RMSGRAD_BUDGET_BYTES", "budget_bytes"}, {"RMSGRAD_PIN_RESERVE_BYTES", "pin_reserve_bytes"}, {"RMSGRAD_PIN_CACHE_BYTES", "pin_cache_bytes"}, {"RMSGRAD_REDIS_ADDR", "redis.addr"}, {"RMSGRAD_REDIS_URL", "redis.url"},
 	{"RMSGRAD_REDIS_DB", "redis.db"}, {"RMSGRAD_REDIS_USERNAME", "redis.username"}, {"RMSGRAD_FILE_ROOT", "storage.file_root"},
 	{"RMSGRAD_S3_ENDPOINT", "storage.s3.endpoint"}, {"RMSGRAD_S3_REGION", "storage.s3.region"},
 	{"RMSGRAD_BATCH_MAX_JOBS", "batch.max_jobs"}, {"RMSGRAD_BATCH_MAX_WAIT", "batch.max_wait"},
@@ -336,6 +340,8 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 			cfg.BudgetBytes, err = strconv.ParseInt(v, 10, 64)
 		case "pin_reserve_bytes":
 			cfg.PinReserveBytes, err = strconv.ParseInt(v, 10, 64)
+		case "pin_cache_bytes":
+			cfg.PinCacheBytes, err = strconv.ParseInt(v, 10, 64)
 		case "redis.addr":
 			cfg.Redis.Addr = v
 		case "redis.url":
@@ -454,6 +460,9 @@ func (c *Config) validate() error {
 	}
 	if c.PinReserveBytes < -1 {
 		return bad("pin_reserve_bytes", "must be -1 (budget_bytes), 0 (none) or a byte count, got %d", c.PinReserveBytes)
+	}
+	if c.PinCacheBytes < 0 {
+		return bad("pin_cache_bytes", "must be 0 (keep no pinned w) or a byte count, got %d", c.PinCacheBytes)
 	}
 	if c.Limits.MaxElements <= 0 || c.Limits.MaxElements > 1<<31-1 {
 		return bad("limits.max_elements", "must be in 1..%d, got %d", 1<<31-1, c.Limits.MaxElements)

@@ -45,6 +45,7 @@ func TestConfigInvalidNamesTheKey(t *testing.T) {
 		{"concurrency: -1\n", "concurrency"},
 		{"procs: -2\n", "procs"},
 		{"pin_reserve_bytes: -2\n", "pin_reserve_bytes"},
+		{"pin_cache_bytes: -1\n", "pin_cache_bytes"},
 		{"limits:\n  max_elements: 99999999999\n", "limits.max_elements"},
 		{"redis:\n  url: http://x\n", "redis.url"},
 		{"redis:\n  password: hunter2\n", "password"}, // secrets never from the file

@@ -105,7 +105,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	memLimit := boundMemory(cfg.BudgetBytes, cfg.Limits.HeaderBudgetBytes, getenv)
+	memLimit := boundMemory(cfg.BudgetBytes, cfg.Limits.HeaderBudgetBytes+cfg.PinCacheBytes, getenv)
 	be, err := openBackend(cfg.Backend, poolBytes(cfg.BudgetBytes), log)
 	if err != nil {
 		return err
@@ -139,6 +139,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 		Backend: tbe, Batcher: batcher, Store: store, Budget: jobs.NewBudget(cfg.BudgetBytes),
 		Limits:     jobs.Limits{MaxElements: cfg.Limits.MaxElements, MaxBytes: cfg.Limits.MaxJobBytes},
 		SigningKey: cfg.secrets.SigningKey, Worker: cfg.Worker, Metrics: metrics, Logger: log, Gate: gate,
+		Pins: jobs.NewPinCache(cfg.PinCacheBytes),
 	})
 	if err != nil {
 		return err

@@ -22,15 +22,15 @@ func poolBytes(budget int64) int64 { return budget + budget/4 }
 // boundMemory ties the Go heap to budget_bytes: unless GOMEMLIMIT is set,
 // Go's soft memory limit becomes 1.5 x the budget + memHeadroom, so the
 // collector runs before garbage tensor buffers double the heap (GOGC=100
-// would let it grow to twice the live size). The header budget
-// (limits.header_budget_bytes) adds to the soft limit: headers being read
-// and parsed hold up to that much besides the tensor buffers. It returns
-// the soft limit.
-func boundMemory(budget, headerBudget int64, getenv func(string) string) int64 {
+// would let it grow to twice the live size). extra adds to the soft limit:
+// the header budget (limits.header_budget_bytes, headers being read and
+// parsed) and the pin cache (pin_cache_bytes), held besides the tensor
+// buffers. It returns the soft limit.
+func boundMemory(budget, extra int64, getenv func(string) string) int64 {
 	if getenv("GOMEMLIMIT") != "" {
 		return debug.SetMemoryLimit(-1) // the operator's
 	}
-	limit := budget + budget/2 + headerBudget + memHeadroom
+	limit := budget + budget/2 + extra + memHeadroom
 	debug.SetMemoryLimit(limit)
 	return limit
 }
