@@ -46,17 +46,17 @@ type Config struct {
 	BudgetBytes int64          `yaml:"budget_bytes"`
 	// PinReserveBytes is the pinned host memory a GPU backend (cuda)
 	// reserves at start for its buffer pool: -1 is budget_bytes, 0 none.
-	PinReserveBytes int64         `yaml:"pin_reserve_bytes"`
+	PinReserveBytes int64 `yaml:"pin_reserve_bytes"`
 	// PinCacheBytes bounds the pin cache: the w tensors that jobs pinned
 	// with w_sha256, kept after one job read and checked them; 0 keeps
 	// none (pins are still checked).
-	PinCacheBytes int64 `yaml:"pin_cache_bytes"`
-	Limits          LimitsConfig  `yaml:"limits"`
-	Batch           BatchCfg      `yaml:"batch"`
-	Redis           RedisConfig   `yaml:"redis"`
-	Storage         StorageConfig `yaml:"storage"`
-	SigningKeyFile  string        `yaml:"signing_key_file"`
-	Dev             DevConfig     `yaml:"dev"`
+	PinCacheBytes  int64         `yaml:"pin_cache_bytes"`
+	Limits         LimitsConfig  `yaml:"limits"`
+	Batch          BatchCfg      `yaml:"batch"`
+	Redis          RedisConfig   `yaml:"redis"`
+	Storage        StorageConfig `yaml:"storage"`
+	SigningKeyFile string        `yaml:"signing_key_file"`
+	Dev            DevConfig     `yaml:"dev"`
 
 	// OutageHold is the longest a job waits at the readiness gate
 	// (jobs.Gate) before going back to the queue.
