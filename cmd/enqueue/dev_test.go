@@ -246,6 +246,26 @@ func TestDevWorkerWithoutFlags(t *testing.T) {
 	if ups, _ := os.ReadDir(filepath.Join(dev, "uploads")); len(ups) != 1 {
 		t.Fatalf("a file under the dev directory was uploaded: %v", ups)
 	}
+	// --pin-w: the pin the CLI computes is w's (the job would fail
+	// otherwise), twice, the second from the worker's pin cache; a wrong
+	// --w-sha256 fails the job, naming both digests.
+	for i, out := range []string{"rmsgrad-dev/pinned1.safetensors", "rmsgrad-dev/pinned2.safetensors"} {
+		r := runIn(t, work, nil, "submit", "--x", "rmsgrad-dev/mine.safetensors#x", "--w", "rmsgrad-dev/mine.safetensors#w",
+			"--dy", "rmsgrad-dev/mine.safetensors#dy", "--out", out, "--pin-w", "--wait", "--json")
+		res := completed(r)
+		if err := check.checkOutputs(res, x, w, dy, xShape, 1e-6, "dx", "dw"); err != nil {
+			t.Fatalf("pinned job %d: %v", i, err)
+		}
+	}
+	wrong := strings.Repeat("0", 64)
+	r = runIn(t, work, nil, "submit", "--x", "rmsgrad-dev/mine.safetensors#x", "--w", "rmsgrad-dev/mine.safetensors#w",
+		"--dy", "rmsgrad-dev/mine.safetensors#dy", "--out", "rmsgrad-dev/pinned3.safetensors", "--w-sha256", wrong, "--wait")
+	if r.code != 1 || !strings.Contains(r.stdout+r.stderr, "does not match the job's w_sha256") || !strings.Contains(r.stdout+r.stderr, wrong) {
+		t.Errorf("wrong --w-sha256: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runIn(t, work, nil, "submit", "--x", "a", "--w", "b", "--dy", "c", "--out", "d", "--pin-w", "--w-sha256", wrong); r.code != 2 || !strings.Contains(r.stderr, "give one") {
+		t.Errorf("--pin-w with --w-sha256: exit %d, stderr %q", r.code, r.stderr)
+	}
 	// A tensor name the file does not hold: reported before enqueuing,
 	// listing the names it does hold.
 	r = runIn(t, work, nil, "submit", "--x", "in.safetensors#x", "--w", "in.safetensors#weight", "--dy", "in.safetensors#dy",

@@ -31,8 +31,13 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	id := fs.String("id", "", "task id: re-submitting the same job under its id is a no-op (safe retries); another job under a taken id is an error")
 	wait := fs.Bool("wait", false, "wait for the result and exit non-zero if the job fails")
 	gradDType := fs.String("grad-dtype", "", "dtype of dx and dw: f32, bf16 or f16 (the inputs may each be F32, BF16 or F16); default: dx like x, dw like w")
+	pinW := fs.Bool("pin-w", false, "pin w to its bytes as read now (w_sha256): the worker checks w against them and keeps it in memory for the jobs that pin the same w (docs/jobs.md#pinned-w)")
+	wSHA := fs.String("w-sha256", "", "pin w to this SHA-256 of its tensor data (64 lowercase hex digits), e.g. one a pipeline recorded")
 	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
 		return err
+	}
+	if *pinW && *wSHA != "" {
+		return cliflag.Usagef("--pin-w and --w-sha256 both pin w: give one")
 	}
 	for _, f := range []struct{ name, v string }{{"x", *x}, {"w", *w}, {"dy", *dy}, {"out", *out}} {
 		if f.v == "" {
@@ -56,7 +61,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	// What the command line and the local disk can tell comes first: a
 	// typo is reported before Redis or storage is touched.
-	j := jobs.Job{V: jobs.Version, Eps: *eps, GradDType: grad}
+	j := jobs.Job{V: jobs.Version, Eps: *eps, GradDType: grad, WSHA256: *wSHA}
 	if j.Out, err = resolveOut(c, *out); err != nil {
 		return err
 	}
@@ -92,6 +97,11 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// holds its tensor.
 	for _, in := range ins {
 		if err := checkExists(ctx, router, c, in.name, *in.dst); err != nil {
+			return err
+		}
+	}
+	if *pinW {
+		if j.WSHA256, err = pinOf(ctx, router, c, j.W); err != nil {
 			return err
 		}
 	}
@@ -261,6 +271,28 @@ func checkExists(ctx context.Context, r *storage.Router, c config, name, uri str
 		return fmt.Errorf("--%s: %w (nothing was enqueued)", name, err)
 	}
 	return nil
+}
+
+// pinOf reads w through the CLI's own stores and returns the hex SHA-256
+// of its tensor data: the pin --pin-w sets.
+func pinOf(ctx context.Context, r *storage.Router, c config, uri string) (string, error) {
+	ref, err := storage.ParseRef(uri)
+	if err != nil {
+		return "", fmt.Errorf("--w: %w", err)
+	}
+	if (ref.Scheme == "file" && c.Storage.FileRoot == "") || (ref.Scheme == "s3" && c.Storage.S3.Endpoint == "") {
+		return "", fmt.Errorf("--pin-w: the CLI has no %s store configured to read w from (set it, or give --w-sha256)", ref.Scheme)
+	}
+	t, err := r.Head(ctx, uri)
+	if err != nil {
+		return "", fmt.Errorf("--pin-w: read w: %w (nothing was enqueued)", err)
+	}
+	b := make([]byte, t.Size)
+	if err := r.Fetch(ctx, t, b); err != nil {
+		return "", fmt.Errorf("--pin-w: read w: %w (nothing was enqueued)", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // resolveOut checks --out and returns the output object's URI: an s3:// or
