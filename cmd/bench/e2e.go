@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -147,8 +149,8 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		settle()
 		return benchStorage(ctx, e, mc, s, s.Jobs, o.concurrency)
 	}
-	var defs, ones, bases, variants []e2eResult
-	var smallRatios []float64
+	var defs, ones, bases, variants, pinned []e2eResult
+	var smallRatios, pinnedRatios []float64
 	var smallCeil []storageResult
 	smallRounds := max(1, o.repeat)
 	if o.largeOnly {
@@ -166,6 +168,17 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		}
 		smallRatios = append(smallRatios, r.JobsPerS/c.JobsPerS())
 		smallCeil = append(smallCeil, c)
+		// The same jobs with w pinned (w_sha256), right after the ceiling
+		// they are compared with: the worker reads w once and serves it
+		// from its pin cache, so a job makes the requests the ceiling
+		// counts (two GETs, one PUT).
+		ps := small
+		ps.PinW = true
+		if r, err = run(ps, 0); err != nil {
+			return rows, notes, err
+		}
+		pinned = append(pinned, r)
+		pinnedRatios = append(pinnedRatios, r.JobsPerS/c.JobsPerS())
 		if r, err = run(small, 1); err != nil {
 			return rows, notes, err
 		}
@@ -275,6 +288,18 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 				r.figure(), "lower ceiling: "+what, ratio, 1, 0.5))
 			if sr, ok := serversRow(defs, smallCeil); ok {
 				rows = append(rows, sr)
+			}
+			if len(pinned) > 0 {
+				var pper []string
+				for _, x := range pinnedRatios {
+					pper = append(pper, fmt.Sprintf("%.0f%%", 100*x))
+				}
+				rows = append(rows, ratioRow("e2e", fmt.Sprintf("small %dx%d, w pinned (w_sha256: w from the pin cache; median of %d; rounds: %s)", s.Rows, s.Dim, len(pinned), strings.Join(pper, ", ")),
+					median(pinned).figure(), "lower ceiling: storage jobs/s, measured in each round", medianOf(pinnedRatios, func(x float64) float64 { return x }), 1, 0))
+				if sr, ok := serversRow(pinned, smallCeil); ok {
+					sr.What = strings.Replace(sr.What, "small:", "small, w pinned:", 1)
+					rows = append(rows, sr)
+				}
 			}
 		case "large":
 			var per []string
@@ -599,9 +624,7 @@ func benchProfile(ctx context.Context, e *env, o options, rs routerStore, base s
 // shared by all (a layer's weight). It returns the URI prefix.
 func stageInputs(ctx context.Context, rs routerStore, s shape) (string, error) {
 	base := fmt.Sprintf("s3://%s/e2e/%s-%d/", benchBucket, s.Name, time.Now().UnixNano())
-	w := make([]float32, s.Dim)
-	fill(w, 2)
-	if err := putTensorAs(ctx, rs, base+"w.safetensors", s.dtype(), []int{s.Dim}, w); err != nil {
+	if err := putTensorAs(ctx, rs, base+"w.safetensors", s.dtype(), []int{s.Dim}, stagedW(s)); err != nil {
 		return "", err
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -626,18 +649,41 @@ func stageInputs(ctx context.Context, rs routerStore, s shape) (string, error) {
 	return base, g.Wait()
 }
 
+// stagedW is the w that stageInputs stores for s.
+func stagedW(s shape) []float32 {
+	w := make([]float32, s.Dim)
+	fill(w, 2)
+	return w
+}
+
+// wPin is the hex SHA-256 of the staged w's tensor data: the jobs'
+// w_sha256 when s.PinW.
+func wPin(s shape) string {
+	w := stagedW(s)
+	b := make([]byte, s.dtype().Size()*len(w))
+	s.dtype().Encode(b, w)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
 func inputURI(base, name string, i int) string {
 	return fmt.Sprintf("%s%s/%06d.safetensors", base, name, i)
 }
 
 // enqueue posts n jobs on queue from 8 goroutines.
-func enqueue(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, n, staged int) error {
-	return enqueueFrom(ctx, rc, queue, base, 0, n, staged)
+func enqueue(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, s shape) error {
+	return enqueueFrom(ctx, rc, queue, base, 0, s)
 }
 
-// enqueueFrom enqueues jobs from to from+n-1 (job i reads staged inputs
-// i mod staged and writes output i).
-func enqueueFrom(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, from, n, staged int) error {
+// enqueueFrom enqueues s.Jobs jobs, from to from+s.Jobs-1 (job i reads
+// staged inputs i mod s.staged() and writes output i), pinning w when
+// s.PinW.
+func enqueueFrom(ctx context.Context, rc asynq.RedisClientOpt, queue, base string, from int, s shape) error {
+	n, staged := s.Jobs, s.staged()
+	var pin string
+	if s.PinW {
+		pin = wPin(s)
+	}
 	out := base + queue + "/"
 	client := jobs.NewClient(rc, jobs.WithQueue(queue))
 	defer client.Close()
@@ -652,7 +698,7 @@ func enqueueFrom(ctx context.Context, rc asynq.RedisClientOpt, queue, base strin
 				}
 				i += from
 				j := jobs.Job{X: inputURI(base, "x", i%staged), W: base + "w.safetensors", DY: inputURI(base, "dy", i%staged),
-					Out: fmt.Sprintf("%s%06d.safetensors", out, i), Eps: 1e-6}
+					Out: fmt.Sprintf("%s%06d.safetensors", out, i), Eps: 1e-6, WSHA256: pin}
 				if _, err := client.Enqueue(gctx, j); err != nil {
 					return fmt.Errorf("e2e: enqueue on %s: %w", queue, err)
 				}
@@ -703,7 +749,7 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 	res := e2eResult{Shape: s, MaxJobs: maxJobs, Jobs: s.Jobs, Mode: "bin/worker"}
 	queue := fmt.Sprintf("bench-worker-%s-%d-%d", s.Name, maxJobs, runSeq.Add(1))
 	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
-	if err := enqueue(ctx, rc, queue, base, s.Jobs, s.staged()); err != nil {
+	if err := enqueue(ctx, rc, queue, base, s); err != nil {
 		return res, err
 	}
 	cfg := fmt.Sprintf("worker: bench\nconcurrency: %d\nqueues: {%s: 1}\nhttp_addr: \"\"\nredis: {addr: %q}\n"+
@@ -814,7 +860,7 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 	// before any timed run.
 	set := settle()
 	second, err := pass(s.Jobs, func() error {
-		return enqueueFrom(ctx, rc, queue, base, s.Jobs, s.Jobs, s.staged())
+		return enqueueFrom(ctx, rc, queue, base, s.Jobs, s)
 	})
 	second.Settled, second.Cold = set, &first
 	return second, err
@@ -872,7 +918,7 @@ func runInProcessWith(ctx context.Context, e *env, base string, s shape, maxJobs
 	}
 	queue := fmt.Sprintf("bench-inproc-%s-%d-%d", s.Name, maxJobs, runSeq.Add(1))
 	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
-	if err := enqueue(ctx, rc, queue, base, s.Jobs, s.staged()); err != nil {
+	if err := enqueue(ctx, rc, queue, base, s); err != nil {
 		return res, err
 	}
 	be, err := openInProc(e.inproc)

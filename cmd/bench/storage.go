@@ -30,6 +30,9 @@ type shape struct {
 	// jobs (a fresh worker, timed as Cold), settle, then Jobs more jobs
 	// timed in the same process, whose buffers are pooled already.
 	Warm bool
+	// PinW sets every job's w_sha256 to w's digest (jobs.Job.WSHA256), so
+	// that a worker serves w from its pin cache after the first job.
+	PinW bool
 }
 
 // dtype is s.DType, F32 when unset.
