@@ -211,19 +211,24 @@ class Client:
 
     def submit_uris(self, *, x: str, w: str, dy: str, out: str, eps: float = 1e-6,
                     outputs: Optional[Sequence[str]] = None, id: Optional[str] = None,
-                    grad_dtype: Optional[str] = None) -> Job:
+                    grad_dtype: Optional[str] = None, w_sha256: Optional[str] = None) -> Job:
         """Post a job on tensors already in the workers' storage (URIs such
         as s3://bucket/key#name). With ``id``, posting the same job again is
         a no-op, and another job under a taken id raises RmsgradError with
-        code "id_conflict". ``grad_dtype`` as for submit()."""
-        return self.submit_uris_many([dict(x=x, w=w, dy=dy, out=out, eps=eps, outputs=outputs, id=id, grad_dtype=grad_dtype)])[0]
+        code "id_conflict". ``grad_dtype`` as for submit(). ``w_sha256``,
+        the hex SHA-256 of w's tensor data bytes, pins w: the worker checks
+        it (the job fails when w does not match) and serves the later jobs
+        that pin the same w from memory."""
+        return self.submit_uris_many([dict(x=x, w=w, dy=dy, out=out, eps=eps, outputs=outputs, id=id, grad_dtype=grad_dtype,
+                                           w_sha256=w_sha256)])[0]
 
     def submit_uris_many(self, jobs: Iterable[Mapping[str, Any]]) -> List[Job]:
         """Post many jobs on URIs (submit_uris's arguments each) in batch
         requests. Raises BatchError when some are refused."""
         items = []
         for s in jobs:
-            items.append((s.get("id") or _new_id(), _job(s["x"], s["w"], s["dy"], s["out"], s.get("eps", 1e-6), s.get("outputs"), s.get("grad_dtype"))))
+            items.append((s.get("id") or _new_id(), _job(s["x"], s["w"], s["dy"], s["out"], s.get("eps", 1e-6), s.get("outputs"), s.get("grad_dtype"),
+                                                         s.get("w_sha256"))))
         out: List[Job] = []
         for i in range(0, len(items), MAX_BATCH):
             chunk = items[i : i + MAX_BATCH]
@@ -386,13 +391,15 @@ class Client:
 
 
 def _job(x: str, w: str, dy: str, out: str, eps: float, outputs: Optional[Sequence[str]],
-         grad_dtype: Optional[str] = None) -> Dict[str, Any]:
+         grad_dtype: Optional[str] = None, w_sha256: Optional[str] = None) -> Dict[str, Any]:
     j: Dict[str, Any] = {"v": 1, "x": x, "w": w, "dy": dy, "out": out, "eps": float(eps)}
     if outputs:
         j["outputs"] = list(outputs)
     if grad_dtype:
         # Spelt as safetensors spells dtypes; the gateway refuses others.
         j["grad_dtype"] = grad_dtype
+    if w_sha256:
+        j["w_sha256"] = w_sha256
     return j
 
 

@@ -17,6 +17,7 @@ versitygw, the built worker and gateways) and runs this module with:
 Without RMSGRAD_GATEWAY the module is skipped.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -162,6 +163,28 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(got["dx"].dtype, "F32")
         fetched = self.c.wait(jid, fetch=True)
         check(self, x, w, dy, 1e-6, torch.from_numpy(fetched.dx), torch.from_numpy(fetched.dw))
+
+    def test_pinned_w(self):
+        prefix = ENV["RMSGRAD_TEST_PREFIX"]
+        x, w, dy = inputs((3, 64), seed=9)
+        obj = self.c.upload({"x": x, "w": w, "dy": dy}, uri=prefix + f"pin-{uuid.uuid4().hex}.safetensors")
+        pin = hashlib.sha256(np.ascontiguousarray(w.numpy(), dtype="<f4").tobytes()).hexdigest()
+        for n in range(2):
+            out = obj.replace(".safetensors", f".out{n}.safetensors")
+            job = self.c.submit_uris(x=obj + "#x", w=obj + "#w", dy=obj + "#dy", out=out, eps=1e-6, w_sha256=pin)
+            enqueued(job.id)
+            res = self.c.wait(job, timeout=300, fetch=True)
+            check(self, x, w, dy, 1e-6, torch.from_numpy(res.dx), torch.from_numpy(res.dw))
+        wrong = "0" * 64
+        job = self.c.submit_uris(x=obj + "#x", w=obj + "#w", dy=obj + "#dy", out=obj.replace(".safetensors", ".bad.safetensors"), eps=1e-6, w_sha256=wrong)
+        enqueued(job.id)
+        with self.assertRaises(rmsgrad.JobFailed) as cm:
+            job.wait(timeout=300)
+        self.assertIn("does not match the job's w_sha256", str(cm.exception))
+        self.assertIn(pin, str(cm.exception))
+        with self.assertRaises(rmsgrad.RmsgradError) as cm:
+            self.c.submit_uris(x=obj + "#x", w=obj + "#w", dy=obj + "#dy", out=obj + ".o", eps=1e-6, w_sha256="ABC")
+        self.assertError(cm, "invalid_job", 400, "w_sha256")
 
     def test_malformed_jobs_are_json_errors(self):
         prefix = ENV["RMSGRAD_TEST_PREFIX"]
