@@ -24,6 +24,10 @@
 // headers say, dx and dw like x and w unless the job's grad_dtype names one
 // dtype for both, r F32; the budget and limits count each tensor's bytes.
 //
+// A job may pin w to its bytes (w_sha256): the handler checks w against
+// the pin and keeps it in a PinCache, from which later jobs pinning the same
+// w take it without a request.
+//
 // Errors a handler returns are *JobError values naming the job, the tensor
 // and its URI; permanent ones wrap asynq.SkipRetry so asynq archives them
 // at once with that message, transient ones are retried with RetryDelay,

@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/compute/cpu"
+	"github.com/rmsgrad/rmsgrad/internal/testenv"
+	"github.com/rmsgrad/rmsgrad/storage"
+	"github.com/rmsgrad/rmsgrad/storage/s3"
 	"github.com/rmsgrad/rmsgrad/storage/safetensors"
 )
 
@@ -309,5 +315,114 @@ func TestPinnedWRealParts(t *testing.T) {
 	miss := counter(t, e.reg, "rmsgrad_w_pins_total", map[string]string{"result": PinMiss})
 	if hit != 2 || miss != 2 {
 		t.Fatalf("rmsgrad_w_pins_total hit %v miss %v, want 2 and 2", hit, miss)
+	}
+}
+
+// countingStore counts the requests a storage.Store makes (each method
+// call is one request on storage/s3's fast path).
+type countingStore struct {
+	storage.Store
+	n atomic.Int64
+}
+
+func (c *countingStore) Stat(ctx context.Context, ref storage.Ref) (storage.ObjectInfo, error) {
+	c.n.Add(1)
+	return c.Store.Stat(ctx, ref)
+}
+
+func (c *countingStore) ReadAt(ctx context.Context, ref storage.Ref, etag string, p []byte, off int64) error {
+	c.n.Add(1)
+	return c.Store.ReadAt(ctx, ref, etag, p, off)
+}
+
+func (c *countingStore) ReadAtSized(ctx context.Context, ref storage.Ref, etag string, p []byte, off, size int64) error {
+	c.n.Add(1)
+	return c.Store.(storage.SizedReader).ReadAtSized(ctx, ref, etag, p, off, size)
+}
+
+func (c *countingStore) ReadPrefix(ctx context.Context, ref storage.Ref, p []byte) (int, storage.ObjectInfo, error) {
+	c.n.Add(1)
+	return c.Store.(storage.PrefixReader).ReadPrefix(ctx, ref, p)
+}
+
+func (c *countingStore) Put(ctx context.Context, ref storage.Ref, r io.Reader, size int64) error {
+	c.n.Add(1)
+	return c.Store.Put(ctx, ref, r, size)
+}
+
+// BenchmarkPinnedW runs small jobs (8x1024 F32, the bench's small class),
+// one at a time, through the handler, the storage router, storage/s3 and
+// a real versitygw, each reading its own x and dy and the layer's w:
+// "read" reads w for every job, "pinned" sets w_sha256, so that w comes
+// from the pin cache after the first job. One job at a time, no read of w
+// is shared with another job's (under load, shared reads serve many of
+// them: docs/storage.md), so this is the request pinning saves at its
+// whole cost. requests/job counts the store's requests; run with -count
+// to alternate the two.
+func BenchmarkPinnedW(b *testing.B) {
+	const bucket, rows, dim, staged = "tensors", 8, 1024, 16
+	srv := testenv.Versitygw(b, bucket)
+	ctx := context.Background()
+	st, err := s3.New(ctx, s3.Config{Endpoint: srv.Endpoint(), AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Allow: []s3.AllowRule{{Bucket: bucket}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := &countingStore{Store: st}
+	r := storage.NewRouter()
+	r.Register("s3", cs)
+	be := cpu.New()
+	defer be.Close()
+	base := "s3://" + bucket + "/pinbench/"
+	put := func(uri string, shape []int, v []float32) {
+		var buf bytes.Buffer
+		if err := safetensors.Encode(&buf, []safetensors.Tensor{safetensors.F32("t", shape, v)}, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Put(ctx, uri, bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w := normal(dim, 5)
+	put(base+"w.safetensors", []int{dim}, w)
+	for i := range staged {
+		put(fmt.Sprintf("%sx/%d.safetensors", base, i), []int{rows, dim}, normal(rows*dim, uint64(i)))
+		put(fmt.Sprintf("%sdy/%d.safetensors", base, i), []int{rows, dim}, normal(rows*dim, uint64(100+i)))
+	}
+	wb := make([]byte, 4*dim)
+	compute.F32.Encode(wb, w)
+	sum := sha256.Sum256(wb)
+	pin := hex.EncodeToString(sum[:])
+	for _, mode := range []string{"read", "pinned"} {
+		b.Run(mode, func(b *testing.B) {
+			bt := NewBatcher(be, BatchConfig{MaxJobs: 1, MaxWait: time.Millisecond}, nil, nil)
+			defer bt.Close(ctx)
+			h, err := NewHandler(HandlerConfig{Backend: be, Batcher: bt, Store: routerAdapter{r}, Budget: NewBudget(1 << 30), Pins: NewPinCache(DefaultPinCacheBytes)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			job := func(i int) {
+				k := i % staged
+				j := Job{V: Version, X: fmt.Sprintf("%sx/%d.safetensors", base, k), W: base + "w.safetensors", DY: fmt.Sprintf("%sdy/%d.safetensors", base, k),
+					Out: fmt.Sprintf("%sout/%s/%d.safetensors", base, mode, k), Eps: 1e-6}
+				if mode == "pinned" {
+					j.WSHA256 = pin
+				}
+				p, err := j.Payload()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := h.process(ctx, "bench", p, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			job(0) // the pinned mode's first read of w, and warm pools
+			n0 := cs.n.Load()
+			b.ResetTimer()
+			for i := range b.N {
+				job(i + 1)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cs.n.Load()-n0)/float64(b.N), "requests/job")
+		})
 	}
 }
