@@ -80,6 +80,9 @@ type Handler struct {
 	stage map[string]prometheus.Observer
 	// jobsOK is rmsgrad_jobs_total{outcome="ok"}, looked up once.
 	jobsOK prometheus.Counter
+	// pinHit, pinMiss and pinMismatch are rmsgrad_w_pins_total's
+	// children, looked up once.
+	pinHit, pinMiss, pinMismatch prometheus.Counter
 	// tensors holds the rmsgrad_tensors_total child of each tensor and
 	// dtype, looked up once.
 	tensors map[tensorKey]prometheus.Counter
@@ -106,6 +109,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, stage: map[string]prometheus.Observer{}}
 	h.jobsOK = cfg.Metrics.Jobs.WithLabelValues(OutcomeOK)
+	h.pinHit, h.pinMiss, h.pinMismatch = cfg.Metrics.Pins.WithLabelValues(PinHit), cfg.Metrics.Pins.WithLabelValues(PinMiss), cfg.Metrics.Pins.WithLabelValues(PinMismatch)
 	h.tensors = map[tensorKey]prometheus.Counter{}
 	for _, t := range []string{"x", "w", "dy", OutDX, OutDW} {
 		for _, dt := range compute.DTypes {
@@ -350,9 +354,9 @@ func (h *Handler) process(ctx context.Context, id string, payload []byte, rw *as
 	if j.WSHA256 != "" {
 		var hit bool
 		if pin, hit = h.cfg.Pins.get(j.W, j.WSHA256); hit {
-			h.m.Pins.WithLabelValues(PinHit).Inc()
+			h.pinHit.Inc()
 		} else {
-			h.m.Pins.WithLabelValues(PinMiss).Inc()
+			h.pinMiss.Inc()
 		}
 	}
 
@@ -670,7 +674,7 @@ func (h *Handler) adopt(t TensorInfo, dt compute.DType, shape []int) compute.Buf
 func (h *Handler) checkPin(id string, j *Job, t TensorInfo, data []byte) error {
 	sum := sha256.Sum256(data)
 	if got := hex.EncodeToString(sum[:]); got != j.WSHA256 {
-		h.m.Pins.WithLabelValues(PinMismatch).Inc()
+		h.pinMismatch.Inc()
 		return jobErr(id, "w", j.W, fmt.Errorf("%w: its %d data bytes (%s %v) hash to %s, the job pins %s (w was replaced after the job was posted, or the pin is wrong)",
 			ErrPinMismatch, len(data), t.DType, t.Shape, got, j.WSHA256))
 	}
