@@ -47,6 +47,11 @@ type e2eResult struct {
 	GBs       float64       // tensor bytes (x, w, dy in; dx, dw out) per second
 	CPUPerJob time.Duration // the worker process's user+sys CPU per job
 	AvgBatch  float64
+	// Stages is the mean of the handler's stage timings (the results'
+	// timings_ms) over the Sampled jobs read back from the queue's
+	// completed tasks (bin/worker and in-process runs alike).
+	Stages  jobs.Timings
+	Sampled int
 	// Settled is what settle found and did just before the run (after
 	// its inputs were staged).
 	Settled settled
@@ -294,6 +299,9 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			if sr, ok := serversRow(defs, smallCeil); ok {
 				rows = append(rows, sr)
 			}
+			if sr, ok := stagesRow("small:", defs, o.concurrency); ok {
+				rows = append(rows, sr)
+			}
 			if len(pinned) > 0 {
 				var pper []string
 				for _, x := range pinnedRatios {
@@ -303,6 +311,9 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 					median(pinned).figure(), "lower ceiling: storage jobs/s, measured in each round", medianOf(pinnedRatios, func(x float64) float64 { return x }), 1, 0))
 				if sr, ok := serversRow(pinned, smallCeil); ok {
 					sr.What = strings.Replace(sr.What, "small:", "small, w pinned:", 1)
+					rows = append(rows, sr)
+				}
+				if sr, ok := stagesRow("small, w pinned:", pinned, o.concurrency); ok {
 					rows = append(rows, sr)
 				}
 			}
@@ -875,7 +886,7 @@ func (r *e2eResult) finish(el, cpuUsed time.Duration, rc asynq.RedisClientOpt, q
 	r.JobsPerS = float64(r.Jobs) / el.Seconds()
 	r.GBs = r.JobsPerS * float64(r.Shape.TensorBytes()) / 1e9
 	r.CPUPerJob = cpuUsed / time.Duration(r.Jobs)
-	r.AvgBatch = avgBatch(rc, queue)
+	r.AvgBatch, r.Stages, r.Sampled = resultStats(rc, queue)
 	slog.Info("e2e", "mode", r.Mode, "shape", r.Shape.Name, "max_jobs", r.MaxJobs, "jobs", r.Jobs, "jobs_per_s", r.JobsPerS,
 		"gbs", r.GBs, "cpu_per_job", r.CPUPerJob, "avg_batch", r.AvgBatch, "allocs_per_job", r.AllocsPerJob)
 }
@@ -1057,27 +1068,74 @@ func openInProc(name string) (compute.Backend, error) {
 	return be, nil
 }
 
-// avgBatch reads up to 500 completed tasks' results and averages the number
-// of jobs in the command buffer that computed each.
-func avgBatch(rc asynq.RedisClientOpt, queue string) float64 {
+// resultStats reads the completed tasks' results (up to 20,000, 500 a
+// page) and averages the number of jobs in the command buffer that
+// computed each and each stage's timing.
+func resultStats(rc asynq.RedisClientOpt, queue string) (avgBatch float64, stages jobs.Timings, n int) {
 	insp := asynq.NewInspector(rc)
 	defer insp.Close()
-	tasks, err := insp.ListCompletedTasks(queue, asynq.PageSize(500))
-	if err != nil || len(tasks) == 0 {
-		return 0
+	var tasks []*asynq.TaskInfo
+	for page := 1; page <= 40; page++ {
+		ts, err := insp.ListCompletedTasks(queue, asynq.PageSize(500), asynq.Page(page))
+		if err != nil {
+			break
+		}
+		tasks = append(tasks, ts...)
+		if len(ts) < 500 {
+			break
+		}
 	}
-	var sum, n int
+	var sum int
 	for _, t := range tasks {
 		var r jobs.Result
 		if json.Unmarshal(t.Result, &r) == nil && r.BatchJobs > 0 {
 			sum += r.BatchJobs
 			n++
+			stages.Fetch += r.Timings.Fetch
+			stages.Batch += r.Timings.Batch
+			stages.Compute += r.Timings.Compute
+			stages.Store += r.Timings.Store
+			stages.Total += r.Timings.Total
 		}
 	}
 	if n == 0 {
-		return 0
+		return 0, jobs.Timings{}, 0
 	}
-	return float64(sum) / float64(n)
+	f := float64(n)
+	stages.Fetch /= f
+	stages.Batch /= f
+	stages.Compute /= f
+	stages.Store /= f
+	stages.Total /= f
+	return float64(sum) / f, stages, n
+}
+
+// stagesRow splits the small runs' handler time by stage (medians over the
+// runs of each run's means) and sets it beside a handler slot's cycle:
+// with concurrency slots kept busy, each slot takes one job every
+// concurrency / (jobs/s) seconds, so what the cycle holds beyond the
+// handler's total (handler start to result written) is time the slot
+// spent outside the handler: asynq's dequeue of the next task and its
+// acknowledgement of the last. A large share there means the queue's round
+// trips, not the job's work, bound the rate.
+func stagesRow(label string, defs []e2eResult, concurrency int) (row, bool) {
+	for _, r := range defs {
+		if r.Sampled == 0 || r.JobsPerS <= 0 {
+			return row{}, false
+		}
+	}
+	st := func(f func(jobs.Timings) float64) float64 {
+		return medianOf(defs, func(r e2eResult) float64 { return f(r.Stages) })
+	}
+	total := st(func(t jobs.Timings) float64 { return t.Total })
+	cycle := medianOf(defs, func(r e2eResult) float64 { return 1e3 * float64(concurrency) / r.JobsPerS })
+	out := cycle - total
+	return row{Section: "e2e", What: fmt.Sprintf("%s handler time per job by stage (ms; each run's mean over its %d jobs' results, medians of %d rounds)", label, defs[0].Sampled, len(defs)),
+		Figure: fmt.Sprintf("fetch %.2f, batch_wait %.2f, compute %.2f, store %.2f; handler total %.2f",
+			st(func(t jobs.Timings) float64 { return t.Fetch }), st(func(t jobs.Timings) float64 { return t.Batch }),
+			st(func(t jobs.Timings) float64 { return t.Compute }), st(func(t jobs.Timings) float64 { return t.Store }), total),
+		Ceiling: fmt.Sprintf("a handler slot's cycle at %d slots (slots / jobs/s): %.2f ms, of which %.2f ms (%.0f%%) outside the handler (asynq's dequeue and ack)",
+			concurrency, cycle, out, 100*out/cycle)}, true
 }
 
 // jobsList is the jobs/s of each run, for a row's label.

@@ -4,7 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
 // TestChartBars: each bar of the chart carries its own row's ratio, and
@@ -45,5 +48,29 @@ func TestChartBars(t *testing.T) {
 	empty := &report{Rows: []row{{Section: "queue", What: "ceiling"}}}
 	if bars, _, err := empty.bars(); bars != nil || err != nil {
 		t.Fatalf("a report without ratios gave bars %v, err %v; want none", bars, err)
+	}
+}
+
+// TestStagesRow: the handler slot's cycle is slots / jobs/s, the time
+// outside the handler is the cycle minus the handler's total, both as
+// medians over the runs; a run without sampled results gives no row.
+func TestStagesRow(t *testing.T) {
+	run := func(jps, total, fetch float64) e2eResult {
+		return e2eResult{JobsPerS: jps, Sampled: 2000, Stages: jobs.Timings{Fetch: fetch, Batch: 1, Compute: 0.1, Store: 0.5, Total: total}}
+	}
+	// Cycles 64/8000 = 8 ms, 64/6400 = 10 ms, 64/16000 = 4 ms: median 8.
+	defs := []e2eResult{run(8000, 5, 2), run(6400, 6, 3), run(16000, 1, 0.5)}
+	r, ok := stagesRow("small:", defs, 64)
+	if !ok {
+		t.Fatal("no row for runs with results")
+	}
+	for _, want := range []string{"fetch 2.00, batch_wait 1.00, compute 0.10, store 0.50; handler total 5.00", "8.00 ms, of which 3.00 ms (38%) outside"} {
+		if !strings.Contains(r.Figure+" "+r.Ceiling, want) {
+			t.Errorf("row %q / %q lacks %q", r.Figure, r.Ceiling, want)
+		}
+	}
+	defs[1].Sampled = 0
+	if _, ok := stagesRow("small:", defs, 64); ok {
+		t.Error("a row for runs of which one has no results")
 	}
 }
