@@ -157,6 +157,7 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	var defs, ones, bases, variants, pinned []e2eResult
 	var smallRatios, pinnedRatios []float64
 	var smallCeil []storageResult
+	var smallMix []storeMixResult
 	smallRounds := max(1, o.repeat)
 	if o.largeOnly {
 		smallRounds = 0
@@ -189,6 +190,12 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 		smallRatios = append(smallRatios, r.JobsPerS/c.JobsPerS())
 		pinnedRatios = append(pinnedRatios, p.JobsPerS/c.JobsPerS())
 		smallCeil = append(smallCeil, c)
+		settle()
+		m, err := benchStoreMix(ctx, e, rs, staged[small.Name], small, o.concurrency)
+		if err != nil {
+			return rows, notes, err
+		}
+		smallMix = append(smallMix, m)
 		if r, err = run(small, 1); err != nil {
 			return rows, notes, err
 		}
@@ -301,6 +308,9 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			}
 			if sr, ok := stagesRow("small:", defs, o.concurrency); ok {
 				rows = append(rows, sr)
+			}
+			if mr, ok := storeMixRow(defs, smallMix, smallCeil, o.concurrency); ok {
+				rows = append(rows, mr)
 			}
 			if len(pinned) > 0 {
 				var pper []string
@@ -494,6 +504,38 @@ func serversRow(defs []e2eResult, ceil []storageResult) (row, bool) {
 			w, gw, rs, busyJob, busy, cores),
 		Ceiling: fmt.Sprintf("at the storage ceiling of the same rounds (2 GET + 1 PUT): versitygw %.0f us/job, machine %.0f us busy/job, %.1f cores busy",
 			cgw, cbusy, cbusyCores)}, true
+}
+
+// storeMixRow sets the small default runs beside storage alone through
+// the worker's store (benchStoreMix) in the same rounds: the ratio is the
+// median of the rounds' end-to-end jobs/s over the store mix's, and the
+// figure gives the store mix's rate against the minio-go ceiling and
+// versitygw's CPU per job in both (the end-to-end runs' beside it).
+func storeMixRow(defs []e2eResult, mix []storeMixResult, ceil []storageResult, concurrency int) (row, bool) {
+	if len(mix) == 0 || len(mix) != len(defs) || len(ceil) != len(mix) {
+		return row{}, false
+	}
+	var ratios []float64
+	var per []string
+	for i, m := range mix {
+		if m.JobsPerS <= 0 {
+			return row{}, false
+		}
+		ratios = append(ratios, defs[i].JobsPerS/m.JobsPerS)
+		per = append(per, fmt.Sprintf("%.0f%%", 100*ratios[i]))
+	}
+	id := func(x float64) float64 { return x }
+	mj := medianOf(mix, func(m storeMixResult) float64 { return m.JobsPerS })
+	cj := medianOf(ceil, func(c storageResult) float64 { return c.JobsPerS() })
+	gw := "versitygw CPU not read"
+	if mix[0].Servers.OK && defs[0].Servers.OK {
+		gw = fmt.Sprintf("versitygw %.0f us/job (end to end %.0f)",
+			medianOf(mix, func(m storeMixResult) float64 { return perOp(m.Servers.GW, m.Jobs) }),
+			medianOf(defs, func(r e2eResult) float64 { return perOp(r.Servers.GW, r.Jobs) }))
+	}
+	return ratioRow("e2e", fmt.Sprintf("small, default batching, against storage alone through the worker's store: each job's 2 Head+Fetch and 1 Write, %d goroutines, no queue, no compute (medians of %d rounds; rounds: %s)", concurrency, len(mix), strings.Join(per, ", ")),
+		fmt.Sprintf("store alone %.0f jobs/s, %.2fx the minio-go ceiling of the same rounds (%.0f jobs/s); %s", mj, mj/cj, cj, gw),
+		"store-alone jobs/s, measured in each round", medianOf(ratios, id), 1, 0), true
 }
 
 // median returns a run whose jobs/s, GB/s, CPU/job and jobs/batch are

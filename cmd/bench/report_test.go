@@ -74,3 +74,28 @@ func TestStagesRow(t *testing.T) {
 		t.Error("a row for runs of which one has no results")
 	}
 }
+
+// TestStoreMixRow: the ratio is the median of the rounds' end-to-end
+// jobs/s over the store mix's of the same round (not the ratio of the
+// medians), and rounds that do not pair up give no row.
+func TestStoreMixRow(t *testing.T) {
+	defs := []e2eResult{{JobsPerS: 8000}, {JobsPerS: 9000}, {JobsPerS: 3000}}
+	mix := []storeMixResult{{JobsPerS: 16000, Jobs: 100}, {JobsPerS: 15000, Jobs: 100}, {JobsPerS: 4000, Jobs: 100}}
+	ceil := []storageResult{{GetPerS: 30000, PutPerS: 15000}, {GetPerS: 30000, PutPerS: 15000}, {GetPerS: 30000, PutPerS: 15000}}
+	r, ok := storeMixRow(defs, mix, ceil, 64)
+	if !ok || !r.HasRatio {
+		t.Fatal("no row or no ratio for paired rounds")
+	}
+	// Rounds: 50%, 60%, 75%; median 60% (the medians' ratio would be 8000/15000).
+	if r.Ratio < 0.6-1e-9 || r.Ratio > 0.6+1e-9 {
+		t.Errorf("ratio %.4f, want 0.6", r.Ratio)
+	}
+	for _, want := range []string{"rounds: 50%, 60%, 75%", "store alone 15000 jobs/s, 2.00x the minio-go ceiling of the same rounds (7500 jobs/s)"} {
+		if !strings.Contains(r.What+" "+r.Figure, want) {
+			t.Errorf("row %q / %q lacks %q", r.What, r.Figure, want)
+		}
+	}
+	if _, ok := storeMixRow(defs[:2], mix, ceil, 64); ok {
+		t.Error("a row for rounds that do not pair up")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/rmsgrad/rmsgrad/compute"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -13,6 +12,9 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/storage"
 )
 
 // shape is one job class: x and dy are [Rows, Dim] f32.
@@ -219,3 +221,70 @@ func putOptions() minio.PutObjectOptions {
 // next request dials again (seen in the profile as dialConn and
 // persistConn.close).
 func drain(r io.Reader) { _, _ = io.Copy(io.Discard, r) }
+
+// storeMixResult is storage through the worker's own store with a small
+// job's requests mixed: no queue, no compute.
+type storeMixResult struct {
+	Jobs     int
+	JobsPerS float64
+	Servers  serverCPU
+}
+
+// benchStoreMix makes s.Jobs small jobs' storage requests through rs (the
+// worker's router and S3 store, as cmd/worker wires them) from
+// concurrency goroutines, each job in turn: Head and Fetch of x and of dy
+// (inputs staged under base; a small object's Head brings its tensor, so
+// one GET each) and a Write of dx and dw under a prefix of its own. It is
+// the storage side of an end-to-end job without the queue or the compute:
+// the end-to-end rate against it tells how much of the gap to the minio-go
+// ceiling lies outside storage, and versitygw's CPU per job here against
+// the end-to-end rows' tells whether the worker's requests or the load's
+// shape cost the server more.
+func benchStoreMix(ctx context.Context, e *env, rs routerStore, base string, s shape, concurrency int) (storeMixResult, error) {
+	res := storeMixResult{Jobs: s.Jobs}
+	out := fmt.Sprintf("%smix-%d/", base, time.Now().UnixNano())
+	dt := s.dtype()
+	dx := make([]byte, s.XBytes())
+	dw := make([]byte, s.Dim*dt.Size())
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	c0 := e.snapServers()
+	t0 := time.Now()
+	for range min(concurrency, s.Jobs) {
+		g.Go(func() error {
+			buf := make([]byte, s.XBytes())
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= s.Jobs {
+					return nil
+				}
+				for _, name := range []string{"x", "dy"} {
+					uri := inputURI(base, name, i%s.staged())
+					t, err := rs.r.Head(gctx, uri)
+					if err != nil {
+						return fmt.Errorf("store mix: head %s: %w", uri, err)
+					}
+					if t.Size != int64(len(buf)) {
+						return fmt.Errorf("store mix: %s holds %d bytes, want %d", uri, t.Size, len(buf))
+					}
+					if err := rs.r.Fetch(gctx, t, buf); err != nil {
+						return fmt.Errorf("store mix: fetch %s: %w", uri, err)
+					}
+				}
+				uri := fmt.Sprintf("%s%06d.safetensors", out, i)
+				if _, err := rs.r.Write(gctx, uri, []storage.OutTensor{
+					{Name: "dx", DType: string(dt), Shape: []int{s.Rows, s.Dim}, Data: dx},
+					{Name: "dw", DType: string(dt), Shape: []int{s.Dim}, Data: dw}}, nil); err != nil {
+					return fmt.Errorf("store mix: write %s: %w", uri, err)
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
+	}
+	res.JobsPerS = float64(s.Jobs) / time.Since(t0).Seconds()
+	res.Servers = e.snapServers().since(c0)
+	slog.Info("store mix", "shape", s.Name, "jobs", s.Jobs, "jobs_per_s", res.JobsPerS, "gw_us_per_job", perOp(res.Servers.GW, s.Jobs))
+	return res, nil
+}
