@@ -380,6 +380,10 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			"default jobs/s", v.JobsPerS, def.JobsPerS, 0))
 		rows = append(rows, ratioRow("variant", fmt.Sprintf("small CPU/job: with %s / default (lower is better)", o.variantEnv),
 			fmt.Sprintf("%s vs %s", usList(variants), usList(defs)), "default CPU/job", float64(v.CPUPerJob), float64(def.CPUPerJob), 0))
+		if sr, ok := stagesRow(fmt.Sprintf("small with %s:", o.variantEnv), variants, variantSlots(o.variantEnv, o.concurrency)); ok {
+			sr.Section = "variant"
+			rows = append(rows, sr)
+		}
 	}
 	if len(bases) > 0 {
 		b := median(bases)
@@ -504,6 +508,17 @@ func serversRow(defs []e2eResult, ceil []storageResult) (row, bool) {
 			w, gw, rs, busyJob, busy, cores),
 		Ceiling: fmt.Sprintf("at the storage ceiling of the same rounds (2 GET + 1 PUT): versitygw %.0f us/job, machine %.0f us busy/job, %.1f cores busy",
 			cgw, cbusy, cbusyCores)}, true
+}
+
+// variantSlots is the handler slots of a run with the variant env kv
+// (KEY=VALUE): its RMSGRAD_CONCURRENCY when it sets one, else def.
+func variantSlots(kv string, def int) int {
+	if v, ok := strings.CutPrefix(kv, "RMSGRAD_CONCURRENCY="); ok {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
 }
 
 // storeMixRow sets the small default runs beside storage alone through

@@ -99,3 +99,19 @@ func TestStoreMixRow(t *testing.T) {
 		t.Error("a row for rounds that do not pair up")
 	}
 }
+
+// TestVariantSlots: a variant that sets the worker's concurrency is read
+// at its own slot count; any other variant at the default.
+func TestVariantSlots(t *testing.T) {
+	for kv, want := range map[string]int{
+		"RMSGRAD_CONCURRENCY=128": 128,
+		"RMSGRAD_PROCS=4":         64,
+		"RMSGRAD_CONCURRENCY=x":   64,
+		"RMSGRAD_CONCURRENCY=0":   64,
+		"GOGC=400":                64,
+	} {
+		if got := variantSlots(kv, 64); got != want {
+			t.Errorf("variantSlots(%q) = %d, want %d", kv, got, want)
+		}
+	}
+}
