@@ -58,6 +58,12 @@ type e2eResult struct {
 	// bin/worker runs only: the servers' CPU and the machine's busy cores
 	// over the same interval as CPUPerJob.
 	Servers serverCPU
+	// bin/worker runs only: redis-server's commands over the same
+	// interval (INFO commandstats; nil when it could not be read), the
+	// bench's own polls of the queue's counts (three ZCARDs each)
+	// included, and how many polls it made.
+	Redis map[string]cmdStat
+	Polls int
 	// In-process runs only: heap allocations per job and the profiles.
 	AllocsPerJob float64
 	BytesPerJob  float64
@@ -312,6 +318,9 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 			if mr, ok := storeMixRow(defs, smallMix, smallCeil, o.concurrency); ok {
 				rows = append(rows, mr)
 			}
+			if rr, ok := redisRow(defs); ok {
+				rows = append(rows, rr)
+			}
 			if len(pinned) > 0 {
 				var pper []string
 				for _, x := range pinnedRatios {
@@ -508,6 +517,25 @@ func serversRow(defs []e2eResult, ceil []storageResult) (row, bool) {
 			w, gw, rs, busyJob, busy, cores),
 		Ceiling: fmt.Sprintf("at the storage ceiling of the same rounds (2 GET + 1 PUT): versitygw %.0f us/job, machine %.0f us busy/job, %.1f cores busy",
 			cgw, cbusy, cbusyCores)}, true
+}
+
+// redisRow gives the small default runs' Redis commands a job (INFO
+// commandstats over each run, the mean a job over the runs): the queue's
+// round trips and redis-server's time behind them.
+func redisRow(defs []e2eResult) (row, bool) {
+	var runs []map[string]cmdStat
+	var jobs []int
+	polls := 0.0
+	for _, r := range defs {
+		if r.Redis == nil || r.Jobs == 0 {
+			return row{}, false
+		}
+		runs, jobs = append(runs, r.Redis), append(jobs, r.Jobs)
+		polls += float64(r.Polls) / float64(r.Jobs) / float64(len(defs))
+	}
+	return row{Section: "e2e", What: fmt.Sprintf("small: redis-server's commands a job, the top 8 by time (INFO commandstats over each run, the mean of %d rounds; a Lua script's commands count in evalsha and as themselves)", len(defs)),
+		Figure:  redisFigure(runs, jobs, 8),
+		Ceiling: fmt.Sprintf("(the bench's own polls of the queue's counts, three zcard each, included: %.3f polls a job)", polls)}, true
 }
 
 // variantSlots is the handler slots of a run with the variant env kv
@@ -882,14 +910,15 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 		stop()
 		return res, fmt.Errorf("e2e: %s did not log \"worker started\" within %s; log:\n%s", bin, workerStartTimeout, tail.String())
 	}
-	insp := asynq.NewInspector(rc)
-	defer insp.Close()
+	qc := newQueueCounter(e.redis.addr)
+	defer qc.Close()
 	// pass times the queue's completed count from done to done+s.Jobs
 	// (the jobs are enqueued already, or by enq once the clock runs).
 	pass := func(done int, enq func() error) (e2eResult, error) {
 		r := res
 		start := time.Now()
 		srv0 := e.snapServers()
+		rs0, rsErr := redisCmdStats(ctx, e.redis.addr)
 		cpu0, err := procCPU(cmd.Process.Pid)
 		if err != nil {
 			return r, err
@@ -899,20 +928,25 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 				return r, err
 			}
 		}
+		polls := 0
 		for {
-			qi, err := insp.GetQueueInfo(queue)
-			if err == nil && qi.Completed >= done+s.Jobs {
+			completed, retry, archived, err := qc.counts(ctx, queue)
+			polls++
+			if err == nil && completed >= int64(done+s.Jobs) {
 				end := time.Now()
 				cpu1, err := procCPU(cmd.Process.Pid)
 				if err != nil {
 					return r, err
 				}
 				r.Servers = e.snapServers().since(srv0)
+				if rs1, err := redisCmdStats(ctx, e.redis.addr); err == nil && rsErr == nil {
+					r.Redis, r.Polls = cmdStatsSince(rs0, rs1), polls
+				}
 				r.finish(end.Sub(start), cpu1-cpu0, rc, queue)
 				return r, nil
 			}
-			if err == nil && (qi.Retry > 0 || qi.Archived > 0) {
-				return r, fmt.Errorf("e2e %s: %d jobs failed (retry %d, archived %d); worker log:\n%s", s.Name, qi.Retry+qi.Archived, qi.Retry, qi.Archived, tail.String())
+			if err == nil && (retry > 0 || archived > 0) {
+				return r, fmt.Errorf("e2e %s: %d jobs failed (retry %d, archived %d); worker log:\n%s", s.Name, retry+archived, retry, archived, tail.String())
 			}
 			select {
 			case <-ctx.Done():

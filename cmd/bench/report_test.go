@@ -115,3 +115,24 @@ func TestVariantSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisStats: INFO commandstats lines parse into calls and usec, the
+// difference of two reads keeps only commands called in between, and the
+// figure gives the mean a job over runs of different sizes, top first.
+func TestRedisStats(t *testing.T) {
+	a := parseCmdStats("# Commandstats\r\ncmdstat_evalsha:calls=10,usec=100,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\ncmdstat_ping:calls=3,usec=3,usec_per_call=1.00\r\n")
+	b := parseCmdStats("# Commandstats\r\ncmdstat_evalsha:calls=410,usec=4100,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\ncmdstat_ping:calls=3,usec=3,usec_per_call=1.00\r\ncmdstat_hset:calls=200,usec=400,usec_per_call=2.00\r\n")
+	if got := a["evalsha"]; got != (cmdStat{10, 100}) {
+		t.Fatalf("evalsha parsed as %+v", got)
+	}
+	d := cmdStatsSince(a, b)
+	if len(d) != 2 || d["evalsha"] != (cmdStat{400, 4000}) || d["hset"] != (cmdStat{200, 400}) {
+		t.Fatalf("difference %+v, want evalsha 400/4000 and hset 200/400 only", d)
+	}
+	// Run 1: 200 jobs (2 evalsha, 20 us; 1 hset, 2 us a job); run 2: 100
+	// jobs, 4 evalsha (40 us) a job. Means: evalsha 3 (30 us), hset 0.5 (1 us).
+	f := redisFigure([]map[string]cmdStat{d, {"evalsha": {400, 4000}}}, []int{200, 100}, 8)
+	if want := "evalsha 3.00 (30.0 us), hset 0.50 (1.0 us); in all 3.5 calls, 31 us a job"; f != want {
+		t.Errorf("figure %q, want %q", f, want)
+	}
+}
