@@ -916,9 +916,9 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 	// (the jobs are enqueued already, or by enq once the clock runs).
 	pass := func(done int, enq func() error) (e2eResult, error) {
 		r := res
+		rs0, rsErr := qc.cmdStats(ctx) // before the clock: a round trip of its own
 		start := time.Now()
 		srv0 := e.snapServers()
-		rs0, rsErr := redisCmdStats(ctx, e.redis.addr)
 		cpu0, err := procCPU(cmd.Process.Pid)
 		if err != nil {
 			return r, err
@@ -939,7 +939,7 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 					return r, err
 				}
 				r.Servers = e.snapServers().since(srv0)
-				if rs1, err := redisCmdStats(ctx, e.redis.addr); err == nil && rsErr == nil {
+				if rs1, err := qc.cmdStats(ctx); err == nil && rsErr == nil {
 					r.Redis, r.Polls = cmdStatsSince(rs0, rs1), polls
 				}
 				r.finish(end.Sub(start), cpu1-cpu0, rc, queue)

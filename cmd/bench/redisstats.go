@@ -17,14 +17,12 @@ type cmdStat struct {
 	Usec  int64
 }
 
-// redisCmdStats reads INFO commandstats from the Redis at addr: per
-// command, its calls and the microseconds redis-server spent in them
-// since it started. Commands a Lua script calls count as themselves too,
-// so evalsha's time holds theirs.
-func redisCmdStats(ctx context.Context, addr string) (map[string]cmdStat, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	s, err := c.Info(ctx, "commandstats").Result()
+// cmdStats reads INFO commandstats: per command, its calls and the
+// microseconds redis-server spent in them since it started. Commands a
+// Lua script calls count as themselves too, so evalsha's time holds
+// theirs.
+func (q queueCounter) cmdStats(ctx context.Context) (map[string]cmdStat, error) {
+	s, err := q.c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis INFO commandstats: %w", err)
 	}
