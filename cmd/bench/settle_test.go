@@ -148,3 +148,41 @@ func TestColdRows(t *testing.T) {
 		t.Errorf("colds = %+v, want the two first passes", got)
 	}
 }
+
+// streamColdRow: the cold passes against each round's own ceiling, the
+// median of those ratios, and no row when a round lacks a cold pass or a
+// ceiling; window names the timed jobs of a Stream class only.
+func TestStreamColdRow(t *testing.T) {
+	s := shape{Name: "small", Rows: 8, Dim: 1024, Jobs: 2000, Stream: true}
+	if got, want := s.window(), "timed on a busy worker: 2000 jobs after its first 2000, of 6000 posted"; got != want {
+		t.Errorf("window %q, want %q", got, want)
+	}
+	if w := (shape{Name: "large", Jobs: 48}).window(); w != "" {
+		t.Errorf("a class without Stream: window %q, want none", w)
+	}
+	// A ceiling of 2 GETs and 1 PUT a job: GET 4n/s and PUT 2n/s give n jobs/s.
+	ceil := func(n float64) storageResult { return storageResult{GetPerS: 4 * n, PutPerS: 2 * n} }
+	run := func(warm, cold float64) e2eResult {
+		return e2eResult{JobsPerS: warm, Cold: &e2eResult{JobsPerS: cold}}
+	}
+	defs := []e2eResult{run(8000, 5000), run(9000, 7200), run(8500, 8000)}
+	ceils := []storageResult{ceil(10000), ceil(9000), ceil(10000)}
+	r, ok := streamColdRow(s, defs, ceils)
+	if !ok {
+		t.Fatal("no row")
+	}
+	// Per round: 5000/10000, 7200/9000, 8000/10000.
+	if want := "small 8x1024, default batching, a fresh worker's first 2000 jobs, timed from its start line (cold; median of 3; rounds: 50%, 80%, 80%; jobs/s 5000/7200/8000, then 8000/9000/8500 in the window above)"; r.What != want {
+		t.Errorf("row %q,\nwant %q", r.What, want)
+	}
+	if !r.HasRatio || r.Ratio < 0.8-1e-9 || r.Ratio > 0.8+1e-9 || r.Target != "" {
+		t.Errorf("ratio %v target %q, want the median 0.8 and no target", r.Ratio, r.Target)
+	}
+	defs[1].Cold = nil
+	if _, ok := streamColdRow(s, defs, ceils); ok {
+		t.Error("a round without a cold pass gave a row")
+	}
+	if _, ok := streamColdRow(s, defs[:2], ceils); ok {
+		t.Error("rounds and ceilings of different counts gave a row")
+	}
+}

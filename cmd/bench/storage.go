@@ -32,9 +32,31 @@ type shape struct {
 	// jobs (a fresh worker, timed as Cold), settle, then Jobs more jobs
 	// timed in the same process, whose buffers are pooled already.
 	Warm bool
+	// Stream times bin/worker runs on a busy worker: streamPasses*Jobs
+	// jobs are enqueued before it starts; its first Jobs completions,
+	// timed from its start line, are the Cold pass, and the result is the
+	// jobs completed over the next Jobs' worth, counted from the count
+	// read as the clock starts to the count at the poll that stops it.
+	// A class whose run lasts a fraction of a second (small: 2000 jobs in
+	// about 0.2 s on a 16-core host) otherwise times the worker's start
+	// (dialling storage, filling its pools) and its drain as much as its
+	// rate; a deployed worker serves a queue that does not empty.
+	Stream bool
 	// PinW sets every job's w_sha256 to w's digest (jobs.Job.WSHA256), so
 	// that a worker serves w from its pin cache after the first job.
 	PinW bool
+}
+
+// streamPasses is how many passes of a Stream shape's jobs a run posts:
+// cold, timed, and one that keeps the queue full past the timed window.
+const streamPasses = 3
+
+// window says which jobs a Stream class's rows time ("" otherwise).
+func (s shape) window() string {
+	if !s.Stream {
+		return ""
+	}
+	return fmt.Sprintf("timed on a busy worker: %d jobs after its first %d, of %d posted", s.Jobs, s.Jobs, streamPasses*s.Jobs)
 }
 
 // dtype is s.DType, F32 when unset.
