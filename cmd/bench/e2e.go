@@ -967,6 +967,9 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 				return r, fmt.Errorf("e2e %s: read the completed count: %w", s.Name, err)
 			}
 			done = int(c)
+			if done+s.Jobs > posted.Jobs {
+				return r, fmt.Errorf("e2e %s: the worker had completed %d of the %d jobs posted when the timed window opened, too few left for a window of %d", s.Name, done, posted.Jobs, s.Jobs)
+			}
 		}
 		start := time.Now()
 		srv0 := e.snapServers()
