@@ -885,9 +885,10 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 	rc := asynq.RedisClientOpt{Addr: e.redis.addr}
 	posted := s
 	if s.Stream {
-		// Three passes' jobs, all before the worker starts: the first pass
-		// is the cold one, the second is timed, the third keeps the queue
-		// full until the timed window has closed.
+		// streamPasses passes' jobs, all before the worker starts: the
+		// first pass is the cold one, the window times the next s.Jobs
+		// completions after a sync, and the rest keep the queue full
+		// while the sync runs and until the window has closed.
 		posted.Jobs, posted.Staged = streamPasses*s.Jobs, s.staged()
 	}
 	if err := enqueue(ctx, rc, queue, base, posted); err != nil {
@@ -1021,6 +1022,10 @@ func runWorker(ctx context.Context, e *env, bin, base string, s shape, maxJobs, 
 		if err != nil {
 			return first, err
 		}
+		// The first pass's writeback is settled before the window opens,
+		// as before every timed run and ceiling; the worker goes on
+		// meanwhile, on the passes posted for it.
+		settle()
 		second, err := pass(0, nil, true, true)
 		first.AvgBatch, first.Stages, first.Sampled = second.AvgBatch, second.Stages, second.Sampled
 		second.Cold = &first

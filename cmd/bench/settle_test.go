@@ -154,7 +154,7 @@ func TestColdRows(t *testing.T) {
 // ceiling; window names the timed jobs of a Stream class only.
 func TestStreamColdRow(t *testing.T) {
 	s := shape{Name: "small", Rows: 8, Dim: 1024, Jobs: 2000, Stream: true}
-	if got, want := s.window(), "timed on a busy worker: 2000 jobs after its first 2000, of 6000 posted"; got != want {
+	if got, want := s.window(), "timed on a busy worker: 2000 jobs, once its first 2000 are done and their writes synced, of 8000 posted"; got != want {
 		t.Errorf("window %q, want %q", got, want)
 	}
 	if w := (shape{Name: "large", Jobs: 48}).window(); w != "" {

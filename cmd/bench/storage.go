@@ -34,9 +34,10 @@ type shape struct {
 	Warm bool
 	// Stream times bin/worker runs on a busy worker: streamPasses*Jobs
 	// jobs are enqueued before it starts; its first Jobs completions,
-	// timed from its start line, are the Cold pass, and the result is the
-	// jobs completed over the next Jobs' worth, counted from the count
-	// read as the clock starts to the count at the poll that stops it.
+	// timed from its start line, are the Cold pass; after a sync, the
+	// result is the jobs completed over the next Jobs' worth, counted from
+	// the count read as the clock starts to the count at the poll that
+	// stops it.
 	// A class whose run lasts a fraction of a second (small: 2000 jobs in
 	// about 0.2 s on a 16-core host) otherwise times the worker's start
 	// (dialling storage, filling its pools) and its drain as much as its
@@ -48,15 +49,17 @@ type shape struct {
 }
 
 // streamPasses is how many passes of a Stream shape's jobs a run posts:
-// cold, timed, and one that keeps the queue full past the timed window.
-const streamPasses = 3
+// cold, timed, and two that the worker takes during the sync between them
+// and after the window (a sync of the cold pass's writeback took 50-105
+// ms on the H100 hosts, 500-900 small jobs there).
+const streamPasses = 4
 
 // window says which jobs a Stream class's rows time ("" otherwise).
 func (s shape) window() string {
 	if !s.Stream {
 		return ""
 	}
-	return fmt.Sprintf("timed on a busy worker: %d jobs after its first %d, of %d posted", s.Jobs, s.Jobs, streamPasses*s.Jobs)
+	return fmt.Sprintf("timed on a busy worker: %d jobs, once its first %d are done and their writes synced, of %d posted", s.Jobs, s.Jobs, streamPasses*s.Jobs)
 }
 
 // dtype is s.DType, F32 when unset.
