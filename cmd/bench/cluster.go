@@ -670,19 +670,6 @@ func clusterReport(o options, ops clusterOps, runs []scaleRun) string {
 	return b.String()
 }
 
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
-
 func redisVersion() string {
 	bin, err := findBinary("RMSGRAD_REDIS_SERVER", "redis-server")
 	if err != nil {

@@ -108,7 +108,7 @@ func splitComma(s string) []string {
 func run(ctx context.Context, o options) error {
 	rep := &report{Start: time.Now()}
 	host, _ := os.Hostname()
-	rep.Host = fmt.Sprintf("%s (%s/%s, %d CPUs)", host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	rep.Host = fmt.Sprintf("%s (%s/%s, %d CPUs: %s)", host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuLabel())
 	rep.Config = fmt.Sprintf("concurrency %d, scale %g", o.concurrency, o.scale)
 
 	// Job counts per class: object counts for storage, jobs for compute and
