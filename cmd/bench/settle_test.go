@@ -186,3 +186,24 @@ func TestStreamColdRow(t *testing.T) {
 		t.Error("rounds and ceilings of different counts gave a row")
 	}
 }
+
+func TestHigherCeiling(t *testing.T) {
+	low := storageResult{GetPerS: 20000, PutPerS: 10000}  // 5,000 jobs/s
+	high := storageResult{GetPerS: 40000, PutPerS: 10000} // 6,667 jobs/s
+	if got := higherCeiling(low, high); got.GetPerS != high.GetPerS {
+		t.Errorf("higherCeiling(low, high) = %v jobs/s, want the after measurement", got.JobsPerS())
+	}
+	if got := higherCeiling(high, low); got.GetPerS != high.GetPerS {
+		t.Errorf("higherCeiling(high, low) = %v jobs/s, want the before measurement", got.JobsPerS())
+	}
+	// A failed measurement (no GETs) counts as 0 jobs/s and never wins.
+	if got := higherCeiling(storageResult{}, low); got.GetPerS != low.GetPerS {
+		t.Errorf("higherCeiling(empty, low) picked the empty measurement")
+	}
+	n := ceilingPairsNote([][2]float64{{5000, 6667}, {7001.4, 6999.6}})
+	for _, want := range []string{"round 1: 5000 before, 6667 after", "round 2: 7001 before, 7000 after", "divide by the higher"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("note %q lacks %q", n, want)
+		}
+	}
+}
