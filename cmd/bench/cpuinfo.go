@@ -28,12 +28,15 @@ func cpuModel() string {
 // paired SHA-256's SHA-NI), as /proc/cpuinfo lists them: "Intel(R) Xeon(R)
 // Processor; AVX2, AVX-512, AVX-512 BF16, AMX, SHA-NI".
 func cpuLabel() string {
-	m := cpuModel()
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
-		return m
+		return cpuModel()
 	}
-	if _, feats := parseCPUInfo(string(b)); len(feats) > 0 {
+	m, feats := parseCPUInfo(string(b))
+	if m == "" {
+		m = cpuModel()
+	}
+	if len(feats) > 0 {
 		return m + "; " + strings.Join(feats, ", ")
 	}
 	return m

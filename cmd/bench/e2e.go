@@ -171,8 +171,8 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	}
 	for round := range smallRounds {
 		// The same jobs with w pinned (w_sha256) beside the default run,
-		// the two in turn first, both before the ceiling they are compared
-		// with: the worker reads w once and serves it from its pin cache,
+		// the two in turn first, both between the round's two ceiling
+		// measurements: the worker reads w once and serves it from its pin cache,
 		// so a job makes the requests the ceiling counts (two GETs, one
 		// PUT).
 		ps := small
