@@ -169,6 +169,22 @@ func benchE2E(ctx context.Context, e *env, o options, shapes []shape, q queueRes
 	if o.largeOnly {
 		smallRounds = 0
 	}
+	if smallRounds > 0 && o.warmup {
+		// An untimed warm-up: the storage server and the page cache see
+		// the small load once before round 1. Without it the first round
+		// met a server that had served nothing yet, and was the lowest of
+		// three in most GPU-host runs (docs/benchmarks.md, "make bench").
+		// Its figures go to the notes, not to any row.
+		c, err := ceiling(small)
+		if err != nil {
+			return rows, notes, fmt.Errorf("warm-up, storage ceiling: %w", err)
+		}
+		r, err := run(small, 0)
+		if err != nil {
+			return rows, notes, fmt.Errorf("warm-up, worker run: %w", err)
+		}
+		notes = append(notes, fmt.Sprintf("before round 1 an untimed warm-up ran the small storage ceiling (%.0f jobs/s) and one worker run of the small load (%.0f jobs/s); neither counts in any row (-warmup=false skips it).", c.JobsPerS(), r.JobsPerS))
+	}
 	for round := range smallRounds {
 		// The same jobs with w pinned (w_sha256) beside the default run,
 		// the two in turn first, both between the round's two ceiling

@@ -24,6 +24,7 @@ type options struct {
 	repeat      int
 	profShape   string
 	largeOnly   bool
+	warmup      bool
 	baseline    string
 	profMaxJobs int
 	inproc      string
@@ -48,6 +49,7 @@ func main() {
 	flag.IntVar(&o.profMaxJobs, "profile-max-jobs", 0, "batch.max_jobs of the in-process profile run (0: the worker's default)")
 	flag.StringVar(&o.variantEnv, "variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the small load (alternated), e.g. GOGC=400")
 	flag.StringVar(&o.largeEnv, "large-variant-env", "", "KEY=VALUE: also run bin/worker with this in its environment on the large BF16 load, after each round's BF16 run, e.g. RMSGRAD_BUDGET_BYTES=4294967296")
+	flag.BoolVar(&o.warmup, "warmup", true, "with the e2e section: before the first small round, one storage ceiling and one worker run of the small load, untimed (their figures go to the notes)")
 	flag.BoolVar(&o.largeOnly, "e2e-large-only", false, "with the e2e section: run only the large class's rounds (F32, BF16, their storage ceilings), not the small and medium classes nor the profile")
 	flag.StringVar(&o.inproc, "inproc-backend", "cpu", "compute backend of the in-process runs (the profile, the I/O floor): cpu, cuda on a host with an NVIDIA GPU, or metal on a Mac (bin/worker picks its own: auto)")
 	flag.StringVar(&o.profShape, "profile-shape", "small", "with -only profile: the shape to profile (small, medium, large)")
