@@ -3,7 +3,9 @@ package cuda
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,18 +14,44 @@ import (
 )
 
 // emuStall bounds how long the CPU run of the kernels may go without
-// finishing a case (each prints a line as it ends). A kernel bug can
-// deadlock the shim's barriers; the watchdog kills the run then. Most
-// cases take 1-4 s alone, but the many-row ones do not: 300x4 takes 24 s
-// and 600x12 52 s alone, and 600x12 went past 3 minutes in a loaded clean
-// CI run (beside the Metal emulation and the fault tests). A deadline on
-// the whole run (5 minutes, until 2026-12-03) had failed a CI run that
-// took 309 s for a run of 98 s alone.
-const emuStall = 10 * time.Minute
+// finishing a case (each prints a line as it ends): an endless loop in a
+// kernel. (A barrier that can never fill ends the run itself, with a
+// message: testdata/emu_shim.h.) Whole runs take 1-4 s alone since the
+// shim runs CUDA threads as fibers; the bound leaves room for a loaded CI
+// machine.
+const emuStall = 3 * time.Minute
+
+// runEmu runs a CPU emulator of the CUDA kernels (buildEmu) twice, its
+// fibers scheduled in the forward and then the reverse order
+// (RMS_EMU_ORDER, testdata/emu_shim.h: a missing barrier shows in one of
+// the two), and returns the first run's output. The two runs must both
+// succeed and print the same: every output the emulators print is a
+// function of the bits, which must not depend on the schedule.
+func runEmu(bin string, args ...string) ([]byte, error) {
+	var outs [2][]byte
+	for i, order := range []string{"forward", "reverse"} {
+		out, err := runWatchedEnv(emuStall, []string{"RMS_EMU_ORDER=" + order}, bin, args...)
+		if err != nil {
+			return out, fmt.Errorf("fibers in the %s order: %w", order, err)
+		}
+		outs[i] = out
+	}
+	if !bytes.Equal(outs[0], outs[1]) {
+		a, b := strings.Split(string(outs[0]), "\n"), strings.Split(string(outs[1]), "\n")
+		for i := 0; i < len(a) && i < len(b); i++ {
+			if a[i] != b[i] {
+				return outs[0], fmt.Errorf("the fibers' order changed the output (a race between threads: a missing barrier?) at line %d:\nforward: %s\nreverse: %s", i+1, a[i], b[i])
+			}
+		}
+		return outs[0], fmt.Errorf("the fibers' order changed the output's length: %d lines forward, %d reverse", len(a), len(b))
+	}
+	return outs[0], nil
+}
 
 // TestKernelsOnCPU compiles shaders/rms_norm_backward.cu as C++ with g++
-// against a small shim (testdata/kernel_emu.cpp: real barriers, warp
-// shuffles through a per-warp exchange) and runs the job-table kernels on the
+// against a small shim (testdata/kernel_emu.cpp and emu_shim.h: CUDA
+// threads as fibers, real barriers, warp shuffles through a per-warp
+// exchange, run in two schedule orders that must give the same output) and runs the job-table kernels on the
 // CPU: r, dx and dw against a double reference, and the fused entry bitwise
 // equal to RMSInv, DX and DW launched apart, for dims 1..9000 (register,
 // prefetch and streaming paths, unaligned dims) and multi-row groups; then
@@ -35,7 +63,7 @@ const emuStall = 10 * time.Minute
 // suite (TestConformance) is the real one.
 func TestKernelsOnCPU(t *testing.T) {
 	bin := buildEmu(t, "testdata/kernel_emu.cpp", kernelDef(t))
-	out, err := runWatched(emuStall, bin)
+	out, err := runEmu(bin)
 	t.Logf("\n%s", out)
 	if err != nil {
 		t.Fatalf("kernels on the CPU: %v", err)
@@ -60,7 +88,7 @@ func TestHalfSlotsOnCPU(t *testing.T) {
 	} {
 		bin := buildEmu(t, "testdata/kernel_emu.cpp", append([]string{kernelDef(t)}, v.defs...)...)
 		for _, m := range v.modes {
-			out, err := runWatched(emuStall, bin, m...)
+			out, err := runEmu(bin, m...)
 			t.Logf("%s %v:\n%s", v.name, m, out)
 			if err != nil {
 				t.Errorf("c9 with %v, %v: %v", v.defs, m, err)
@@ -73,12 +101,12 @@ func TestHalfSlotsOnCPU(t *testing.T) {
 }
 
 // buildEmu compiles a CPU emulator of CUDA code (src, with g++ options
-// args) into a temporary binary. It skips the test under -short (the runs
-// take a minute or more) and without g++.
+// args) into a temporary binary. It skips the test under -short (each
+// test compiles and runs the kernels, several seconds) and without g++.
 func buildEmu(t *testing.T, src string, args ...string) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("the CPU run of the CUDA kernels takes a minute or more; skipped with -short")
+		t.Skip("the CPU run of the CUDA kernels compiles and runs them, several seconds a test; skipped with -short")
 	}
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
@@ -107,7 +135,15 @@ func kernelDef(t *testing.T) string {
 // stderr; it kills the process when stall passes without a new line on
 // its stdout.
 func runWatched(stall time.Duration, name string, args ...string) ([]byte, error) {
+	return runWatchedEnv(stall, nil, name, args...)
+}
+
+// runWatchedEnv is runWatched with env added to the process's environment.
+func runWatchedEnv(stall time.Duration, env []string, name string, args ...string) ([]byte, error) {
 	cmd := exec.Command(name, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// After a kill, children that still hold the pipes (a shell's) must
 	// not keep Wait waiting.
 	cmd.WaitDelay = time.Second
@@ -179,7 +215,7 @@ func TestRunWatched(t *testing.T) {
 // launched apart, bit for bit, and the double reference.
 func TestWSLayoutOnCPU(t *testing.T) {
 	bin := buildEmu(t, "testdata/kernel_emu.cpp", kernelDef(t), "-DRMS_C4_WS=1", "-DRMS_C8_WS=1", "-DRMS_C9_WS=1", "-DRMS_C10_WS=1", "-DRMS_C11_WS=1", "-DRMS_C12_WS=1")
-	out, err := runWatched(emuStall, bin)
+	out, err := runEmu(bin)
 	t.Logf("\n%s", out)
 	if err != nil {
 		t.Fatalf("kernels on the CPU with w and dw element-major in shared memory: %v", err)
@@ -199,7 +235,7 @@ func TestClassGeomOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildEmu(t, "testdata/kernel_emu.cpp", append(append(append([]string{kernelDef(t)}, opts[0]...), opts[7]...), opts[12]...)...)
-	out, err := runWatched(emuStall, bin)
+	out, err := runEmu(bin)
 	t.Logf("\n%s", out)
 	if err != nil {
 		t.Fatalf("kernels on the CPU with c0, c7 and c12 in small blocks: %v", err)
@@ -216,7 +252,7 @@ func TestReduceShapeOnCPU(t *testing.T) {
 	var outs [2]string
 	for i, defs := range [][]string{nil, {"-DRMS_RED_CH=2", "-DRMS_RED_U=16", "-DRMS_RED_EARLY=0"}} {
 		bin := buildEmu(t, "testdata/kernel_emu.cpp", append([]string{kernelDef(t)}, defs...)...)
-		out, err := runWatched(emuStall, bin, "reduce")
+		out, err := runEmu(bin, "reduce")
 		if err != nil {
 			t.Fatalf("reduce digests with %v: %v\n%s", defs, err, out)
 		}
@@ -258,11 +294,60 @@ func TestProfilesOnCPU(t *testing.T) {
 				t.Skip("the profile changes nothing the emulator compiles")
 			}
 			bin := buildEmu(t, "testdata/kernel_emu.cpp", args...)
-			out, err := runWatched(emuStall, bin)
+			out, err := runEmu(bin)
 			t.Logf("%v\n%s", args[1:], out)
 			if err != nil {
 				t.Fatalf("kernels on the CPU with the %s profile: %v", p.name, err)
 			}
 		})
+	}
+}
+
+// TestEmuCatchesBugs plants synchronisation bugs and checks that the
+// emulators' shim (testdata/emu_shim.h) reports each: a __syncthreads some
+// threads never reach and a warp shuffle half a warp makes end the run
+// with a message; a read of shared memory another warp writes, with no
+// barrier between, prints different values in the two schedule orders,
+// which runEmu reports; and shaders/rms_norm_backward.cu with the barrier
+// of its block sums removed fails TestKernelsOnCPU's run.
+func TestEmuCatchesBugs(t *testing.T) {
+	// The fibers switch through the shim's x86-64 assembly where it
+	// applies, else through ucontext (EMU_UCONTEXT forces it): both run.
+	for _, sw := range []string{"", "-DEMU_UCONTEXT"} {
+		var args []string
+		if sw != "" {
+			args = append(args, sw)
+		}
+		bin := buildEmu(t, "testdata/emu_planted.cpp", args...)
+		for mode, want := range map[string]string{"divergent": "divergent __syncthreads", "deadlock": "deadlock"} {
+			out, err := runWatched(emuStall, bin, mode)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), want) {
+				t.Errorf("%s %s: %v\n%s; want exit status 2 and %q", sw, mode, err, out, want)
+			}
+		}
+		if out, err := runEmu(bin, "synced"); err != nil || string(out) != "warp 0 read 2, warp 1 read 1\n" {
+			t.Errorf("%s synced: %q, %v", sw, out, err)
+		}
+		if out, err := runEmu(bin, "race"); err == nil || !strings.Contains(err.Error(), "order changed") {
+			t.Errorf("%s race: %q, %v; want the two orders to differ", sw, out, err)
+		}
+	}
+
+	src, err := os.ReadFile("../shaders/rms_norm_backward.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const barrier = "\t\t}\n\t}\n\t__syncthreads();\n#pragma unroll\n\tfor (int q = 0; q < R; q++) {\n\t\tss[q] = warp_sum("
+	if strings.Count(string(src), barrier) != 1 {
+		t.Fatal("block_sum's barrier is not where this test removes it: update the test")
+	}
+	planted := filepath.Join(t.TempDir(), "planted.cu")
+	if err := os.WriteFile(planted, []byte(strings.Replace(string(src), barrier, strings.Replace(barrier, "__syncthreads();", "", 1), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kbin := buildEmu(t, "testdata/kernel_emu.cpp", `-DRMS_CU="`+planted+`"`)
+	if out, err := runEmu(kbin); err == nil {
+		t.Errorf("block_sum without its barrier passed:\n%s", out)
 	}
 }

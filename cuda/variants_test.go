@@ -17,14 +17,14 @@ import (
 // part of a run. These tests check its kernels here first.
 
 // TestVariantsOnCPU runs the harness's device code on the CPU
-// (variants/rows_emu.cpp, g++ and threads as TestKernelsOnCPU does): each
+// (variants/rows_emu.cpp, g++ and fibers as TestKernelsOnCPU does): each
 // fusedA variant (rows in shared-memory slots filled by asynchronous
 // copies, emulated landing at once and landing only when waited for) must
 // give the bits of the register rows (fused) at the same block size and
 // chunk width, and both the double reference's values.
 func TestVariantsOnCPU(t *testing.T) {
 	bin := buildEmu(t, filepath.Join("variants", "rows_emu.cpp"))
-	out, err := runWatched(emuStall, bin)
+	out, err := runEmu(bin)
 	t.Logf("\n%s", out)
 	if err != nil {
 		t.Fatalf("the harness's kernels on the CPU: %v", err)

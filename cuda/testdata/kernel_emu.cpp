@@ -1,6 +1,7 @@
 // Runs shaders/rms_norm_backward.cu on the CPU (cuda.TestKernelsOnCPU): each
 // launch's blocks run in turn on the block size the host gives the dim
-// (cuda/geometry.go classOf: 32..512 threads) with real barriers, warp
+// (cuda/geometry.go classOf: 32..512 threads), its threads as fibers
+// (emu_shim.h), with real barriers, warp
 // shuffles through a per-warp exchange, CUDA's round-to-nearest intrinsics
 // as plain IEEE float operations. It checks r, dx, dw against a double
 // reference and that the fused entry (RMSInv+DX+DW; in its width class's

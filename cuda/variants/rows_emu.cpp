@@ -1,6 +1,6 @@
 // Runs the device code of cuda/variants/rows.cu (the kernel-geometry
 // harness) on the CPU, for cuda.TestVariantsOnCPU: each launch's blocks in
-// turn, one std::thread per CUDA thread, real barriers for __syncthreads
+// turn, one fiber per CUDA thread (../testdata/emu_shim.h), real barriers for __syncthreads
 // and the warp shuffles, CUDA's round-to-nearest intrinsics as IEEE float
 // operations. The asynchronous copies of fusedA (cp.async) are emulated in
 // two ways, run one after the other: eager (the copy lands when issued:
