@@ -30,6 +30,9 @@ type BuildOptions struct {
 	Source string
 	// CXX is the compiler; "" means $CXX, else g++.
 	CXX string
+	// Flags are extra compiler options (a test builds the driver with
+	// -DMSLCPU_UCONTEXT, the fiber switch of hosts other than x86-64).
+	Flags []string
 }
 
 // Build writes the shader (as shaders.MetalFile), the shim, the driver and
@@ -91,6 +94,7 @@ func Build(ctx context.Context, opts BuildOptions) (string, error) {
 	args := []string{"-std=c++17", "-O2", "-pthread", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
 		"-Wno-attributes", "-Wno-unused-parameter", "-I", inc, "-I", opts.Dir,
 		filepath.Join(opts.Dir, "driver.cpp"), filepath.Join(opts.Dir, "glue.cpp"), "-o", out}
+	args = append(args, opts.Flags...)
 	cmd := exec.CommandContext(ctx, cxxPath, args...)
 	var msg bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &msg, &msg

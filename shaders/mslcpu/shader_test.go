@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -86,6 +88,35 @@ func TestSimdWidths(t *testing.T) {
 		if err := sameBits(ref, got); err != nil {
 			t.Errorf("SIMD width %d differs from 32: %v", w, err)
 		}
+	}
+}
+
+// The driver switches fibers by its own assembly on x86-64 and by ucontext
+// elsewhere (MSLCPU_UCONTEXT forces it): the two give the same bits, which
+// pass the oracle.
+func TestFiberSwitches(t *testing.T) {
+	ref := runShapes(t, testBackend(t, 0))
+	dir := filepath.Join(buildDir, "ucontext")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Build(context.Background(), BuildOptions{Dir: dir, Flags: []string{"-DMSLCPU_UCONTEXT"}})
+	skipNoCompiler(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(Options{Driver: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runShapes(t, b)
+	for _, j := range got {
+		if err := checkOracle(j); err != nil {
+			t.Errorf("ucontext: %v", err)
+		}
+	}
+	if err := sameBits(ref, got); err != nil {
+		t.Errorf("ucontext against the assembly switch: %v", err)
 	}
 }
 
