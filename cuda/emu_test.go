@@ -311,9 +311,9 @@ func TestProfilesOnCPU(t *testing.T) {
 // which runEmu reports; and shaders/rms_norm_backward.cu with the barrier
 // of its block sums removed fails TestKernelsOnCPU's run.
 func TestEmuCatchesBugs(t *testing.T) {
-	// The fibers switch through the shim's x86-64 assembly where it
-	// applies, else through ucontext (EMU_UCONTEXT forces it): both run.
-	for _, sw := range []string{"", "-DEMU_UCONTEXT"} {
+	// The fibers switch through x86-64 assembly where it applies, else
+	// through ucontext (FIBER_UCONTEXT forces it): both run.
+	for _, sw := range []string{"", "-DFIBER_UCONTEXT"} {
 		var args []string
 		if sw != "" {
 			args = append(args, sw)

@@ -6,24 +6,18 @@
 // real barriers for __syncthreads and the warp shuffles (an exchange
 // through a per-warp buffer), CUDA's round-to-nearest intrinsics as IEEE
 // float operations. A fiber runs until it waits at a barrier; the
-// scheduler then runs the next one that can go on, round robin. A barrier
-// that can never fill (threads waiting at different barriers, or some
-// ended: a divergent __syncthreads) ends the run with a message naming it,
-// where OS threads would hang. Fibers switch in user space, so a barrier
-// of 256 threads costs microseconds, not the kernel's scheduler's
-// milliseconds (one std::thread per CUDA thread, as this shim had before,
-// spent most of a run in futex waits on two cores).
+// scheduler runs each warp as far as it can go before the next (launch).
+// A barrier that can never fill (threads waiting at different barriers,
+// or some ended: a divergent __syncthreads) ends the run with a message
+// naming it, where OS threads would hang. Fibers switch in user space, so
+// a barrier of 256 threads costs microseconds; with one std::thread per
+// CUDA thread a run spent most of its time in futex waits on two cores.
 //
 // cp.async is emulated per thread: the copies of the open group and the
 // committed groups not yet waited for. Eager copies land when issued (a
 // slot overwritten while a thread still reads it shows); late ones only
 // when emu_cp_wait lets their group (a slot read before its wait shows).
 #pragma once
-#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
-#define EMU_ASM_SWITCH 1
-#else
-#include <ucontext.h>
-#endif
 #include <sys/mman.h>
 #include <cmath>
 #include <cstddef>
@@ -60,43 +54,13 @@ inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 struct EmuCopy { void* s; const void* g; };
 
-// The switch between fibers. On x86-64 a few instructions (the System V
-// callee-saved registers and the stack pointer; the fibers share the
-// floating-point environment); elsewhere, or with EMU_UCONTEXT defined,
-// ucontext, whose swapcontext also sets the signal mask, a system call per
-// switch.
-#if EMU_ASM_SWITCH
-extern "C" void emu_switch(void** save, void* load);
-asm(R"(
-	.text
-	.globl emu_switch
-	.type emu_switch, @function
-emu_switch:
-	pushq %rbp
-	pushq %rbx
-	pushq %r12
-	pushq %r13
-	pushq %r14
-	pushq %r15
-	movq %rsp, (%rdi)
-	movq %rsi, %rsp
-	popq %r15
-	popq %r14
-	popq %r13
-	popq %r12
-	popq %rbx
-	popq %rbp
-	ret
-	.size emu_switch, .-emu_switch
-)");
-struct EmuCtx { void* sp; };
-#else
-struct EmuCtx { ucontext_t uc; };
-#endif
+// The switch between fibers, shared with the Metal shader's CPU runner:
+// assembly on x86-64, ucontext elsewhere or with FIBER_UCONTEXT defined.
+#include "../../shaders/mslcpu/cxx/fiber_switch.h"
 
 // A fiber: a CUDA thread of the launch in progress.
 struct EmuFiber {
-	EmuCtx ctx;
+	FiberCtx ctx;
 	char* stack;       // emuStack bytes above a guard page (emu_stack)
 	dim3 tid, bid;
 	int state;         // emuRun, emuWait, emuDone
@@ -122,16 +86,7 @@ inline EmuBar g_bars[1 + emuMaxThreads / 32];
 inline int g_cur;            // the running fiber
 inline int g_blocks;
 inline const std::function<void()>* g_kernel;
-inline EmuCtx g_sched;
-
-// emu_to switches from the context from to the context to.
-inline void emu_to(EmuCtx& from, EmuCtx& to) {
-#if EMU_ASM_SWITCH
-	emu_switch(&from.sp, to.sp);
-#else
-	swapcontext(&from.uc, &to.uc);
-#endif
-}
+inline FiberCtx g_sched;
 
 // emu_stack maps a fiber's stack with an inaccessible page below it, so
 // that a stack overflow faults instead of writing over other memory.
@@ -173,7 +128,7 @@ inline void emu_arrive(int id, int n, int kind = 0) {
 	f.state = emuWait;
 	f.bar = id;
 	f.phase = b.phase;
-	emu_to(f.ctx, g_sched);
+	fiber_switch(f.ctx, g_sched);
 }
 
 inline float g_wbuf[emuMaxThreads / 32][32];
@@ -229,28 +184,8 @@ inline void emu_fiber(int t) {
 inline void emu_start() {
 	const int t = g_cur;
 	emu_fiber(t);
-	emu_to(g_fib[t].ctx, g_sched);
+	fiber_switch(g_fib[t].ctx, g_sched);
 	std::abort(); // never resumed once done
-}
-
-// emu_init makes f's context start emu_start on f's stack.
-inline void emu_init(EmuFiber& f) {
-#if EMU_ASM_SWITCH
-	// The frame emu_switch pops: six registers, then the return address,
-	// at a 16-byte boundary so that emu_start is entered as if called.
-	auto top = (reinterpret_cast<uintptr_t>(f.stack) + emuStack) & ~uintptr_t(15);
-	void** a = reinterpret_cast<void**>(top - 16);
-	a[1] = nullptr;
-	a[0] = reinterpret_cast<void*>(&emu_start);
-	for (int i = 1; i <= 6; i++) a[-i] = nullptr;
-	f.ctx.sp = a - 6;
-#else
-	getcontext(&f.ctx.uc);
-	f.ctx.uc.uc_stack.ss_sp = f.stack;
-	f.ctx.uc.uc_stack.ss_size = emuStack;
-	f.ctx.uc.uc_link = nullptr;
-	makecontext(&f.ctx.uc, emu_start, 0);
-#endif
 }
 
 // launch runs blocks blocks of threads threads one block after another,
@@ -270,7 +205,7 @@ inline void launch(int blocks, int threads, const std::function<void()>& k) {
 	for (int t = 0; t < threads; t++) {
 		EmuFiber& f = g_fib[t];
 		if (f.stack == nullptr) f.stack = emu_stack();
-		emu_init(f);
+		fiber_init(f.ctx, f.stack, emuStack, emu_start);
 		f.tid = {(unsigned)t, 0, 0};
 		f.bid = {0, 0, 0};
 		f.state = emuRun;
@@ -306,7 +241,7 @@ inline void launch(int blocks, int threads, const std::function<void()>& k) {
 					g_cur = t;
 					threadIdx = f.tid;
 					blockIdx = f.bid;
-					emu_to(g_sched, f.ctx);
+					fiber_switch(g_sched, f.ctx);
 					ran = again = true;
 					if (f.state == emuDone) done++;
 				}

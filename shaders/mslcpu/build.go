@@ -14,7 +14,7 @@ import (
 	"github.com/rmsgrad/rmsgrad/shaders"
 )
 
-//go:embed cxx/driver.cpp cxx/mslcpu_runtime.h cxx/metal_stdlib
+//go:embed cxx/driver.cpp cxx/fiber_switch.h cxx/mslcpu_runtime.h cxx/metal_stdlib
 var cxxFiles embed.FS
 
 // ErrNoCompiler is returned by Build when the C++ compiler is not installed.
@@ -31,7 +31,7 @@ type BuildOptions struct {
 	// CXX is the compiler; "" means $CXX, else g++.
 	CXX string
 	// Flags are extra compiler options (a test builds the driver with
-	// -DMSLCPU_UCONTEXT, the fiber switch of hosts other than x86-64).
+	// -DFIBER_UCONTEXT, the fiber switch of hosts other than x86-64).
 	Flags []string
 }
 
@@ -70,7 +70,7 @@ func Build(ctx context.Context, opts BuildOptions) (string, error) {
 		filepath.Join(opts.Dir, shaders.MetalFile): []byte(src),
 		filepath.Join(opts.Dir, "glue.cpp"):        []byte(glue),
 	}
-	for _, name := range []string{"driver.cpp", "mslcpu_runtime.h", "metal_stdlib"} {
+	for _, name := range []string{"driver.cpp", "fiber_switch.h", "mslcpu_runtime.h", "metal_stdlib"} {
 		b, err := cxxFiles.ReadFile("cxx/" + name)
 		if err != nil {
 			return "", fmt.Errorf("mslcpu: build: %w", err)

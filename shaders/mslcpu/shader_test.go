@@ -92,7 +92,7 @@ func TestSimdWidths(t *testing.T) {
 }
 
 // The driver switches fibers by its own assembly on x86-64 and by ucontext
-// elsewhere (MSLCPU_UCONTEXT forces it): the two give the same bits, which
+// elsewhere (FIBER_UCONTEXT forces it): the two give the same bits, which
 // pass the oracle.
 func TestFiberSwitches(t *testing.T) {
 	ref := runShapes(t, testBackend(t, 0))
@@ -100,7 +100,7 @@ func TestFiberSwitches(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Build(context.Background(), BuildOptions{Dir: dir, Flags: []string{"-DMSLCPU_UCONTEXT"}})
+	d, err := Build(context.Background(), BuildOptions{Dir: dir, Flags: []string{"-DFIBER_UCONTEXT"}})
 	skipNoCompiler(t, err)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,8 @@
 // metal_stdlib, on the CPU with real threadgroup semantics.
 //
 // Every thread of a threadgroup is a fiber with its own stack (switched by a
-// few instructions of assembly on x86-64, by ucontext elsewhere). The
+// few instructions of assembly on x86-64, by ucontext elsewhere:
+// fiber_switch.h). The
 // scheduler runs one simdgroup (W consecutive threads, W the request's SIMD
 // width: 8, 16, 32 or 64) at a time, resuming
 // its lanes in order; a lane runs until it reaches a synchronisation point
@@ -40,12 +41,6 @@
 // 0 on success; otherwise a message on stderr.
 #include <sys/mman.h>
 #include <unistd.h>
-#if defined(__x86_64__) && !defined(MSLCPU_UCONTEXT)
-#define MSLCPU_ASM_SWITCH 1
-#else
-#define MSLCPU_ASM_SWITCH 0
-#include <ucontext.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -59,51 +54,13 @@
 #include <thread>
 #include <vector>
 
+#include "fiber_switch.h"
 #include "mslcpu_runtime.h"
-
-// The switch between fibers. swapcontext also sets the signal mask, a
-// system call per switch, which took most of the driver's time; on x86-64
-// a switch saves the System V callee-saved registers and the stack
-// pointer and loads another's (the fibers share the floating-point
-// environment). MSLCPU_UCONTEXT forces ucontext.
-#if MSLCPU_ASM_SWITCH
-extern "C" void mslcpu_switch(void** save, void* load);
-asm(R"(
-    .text
-    .globl mslcpu_switch
-    .type mslcpu_switch, @function
-mslcpu_switch:
-    pushq %rbp
-    pushq %rbx
-    pushq %r12
-    pushq %r13
-    pushq %r14
-    pushq %r15
-    movq %rsp, (%rdi)
-    movq %rsi, %rsp
-    popq %r15
-    popq %r14
-    popq %r13
-    popq %r12
-    popq %rbx
-    popq %rbp
-    ret
-    .size mslcpu_switch, .-mslcpu_switch
-)");
-#endif
 
 namespace mslcpu {
 namespace {
 
-#if MSLCPU_ASM_SWITCH
-struct Ctx {
-    void* sp = nullptr;
-};
-#else
-struct Ctx {
-    ucontext_t uc;
-};
-#endif
+using Ctx = FiberCtx;
 
 [[noreturn]] void die(const char* fmt, ...) {
     va_list ap;
@@ -172,43 +129,13 @@ struct Group {
 
 thread_local Group* g_group = nullptr;
 
-// switch_to saves the running context in from and resumes to.
-void switch_to(Ctx& from, Ctx& to) {
-#if MSLCPU_ASM_SWITCH
-    mslcpu_switch(&from.sp, to.sp);
-#else
-    if (swapcontext(&from.uc, &to.uc) != 0) die("swapcontext failed");
-#endif
-}
-
 void fiber_entry() {
     Group* g = g_group;
     Fiber* f = g->cur;
     g->launch.fn(g->launch, f->ids);
     f->done = true;
-    switch_to(f->ctx, g->sched);
+    fiber_switch(f->ctx, g->sched);
     die("a finished fiber was resumed");
-}
-
-// init_fiber makes f's context start fiber_entry on f's stack.
-void init_fiber(Fiber& f) {
-#if MSLCPU_ASM_SWITCH
-    // The frame mslcpu_switch pops: six registers, then the return
-    // address, at a 16-byte boundary so that fiber_entry is entered as if
-    // called.
-    const uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack.data) + f.stack.n) & ~uintptr_t(15);
-    void** a = reinterpret_cast<void**>(top - 16);
-    a[1] = nullptr;
-    a[0] = reinterpret_cast<void*>(&fiber_entry);
-    for (int i = 1; i <= 6; i++) a[-i] = nullptr;
-    f.ctx.sp = a - 6;
-#else
-    if (getcontext(&f.ctx.uc) != 0) die("getcontext failed");
-    f.ctx.uc.uc_stack.ss_sp = f.stack.data;
-    f.ctx.uc.uc_stack.ss_size = f.stack.n;
-    f.ctx.uc.uc_link = nullptr;
-    makecontext(&f.ctx.uc, fiber_entry, 0);
-#endif
 }
 
 struct Op {
@@ -269,7 +196,7 @@ void run_threadgroup(Group& g, const Op& op, const Launch& proto, unsigned tg) {
         id.tps = g_simd_width;
         f.done = false;
         f.sync = 0;
-        init_fiber(f);
+        fiber_init(f.ctx, f.stack.data, f.stack.n, fiber_entry);
     }
 
     // Adversarial but legal schedule: each simdgroup runs as far as it can
@@ -292,7 +219,7 @@ void run_threadgroup(Group& g, const Op& op, const Launch& proto, unsigned tg) {
                     if (!f.done && f.sync != kSyncBarrier) {
                         g.cur = &f;
                         f.sync = 0;
-                        switch_to(g.sched, f.ctx);
+                        fiber_switch(g.sched, f.ctx);
                     }
                     const int k = f.done ? 0 : f.sync;
                     if (kind == -1) kind = k;
@@ -381,7 +308,7 @@ void sync_point(SyncKind kind) {
     Group* g = g_group;
     Fiber* f = g->cur;
     f->sync = kind;
-    switch_to(f->ctx, g->sched);
+    fiber_switch(f->ctx, g->sched);
 }
 
 const float* simd_exchange(float v) {
