@@ -3,7 +3,7 @@
 // driver (driver.cpp here) and the CUDA kernels' emulator
 // (cuda/testdata/emu_shim.h, which includes this file by its path).
 //
-// On x86-64 a switch saves the System V callee-saved registers and the
+// On x86-64 ELF hosts (Linux, the BSDs) a switch saves the System V callee-saved registers and the
 // stack pointer and loads another context's, a few instructions; the
 // fibers share the floating-point environment. Elsewhere, or with
 // FIBER_UCONTEXT defined, ucontext, whose swapcontext also sets the signal
@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#if defined(__x86_64__) && !defined(FIBER_UCONTEXT)
+#if defined(__x86_64__) && defined(__ELF__) && !defined(FIBER_UCONTEXT)
 #define FIBER_ASM_SWITCH 1
 extern "C" void fiber_switch_x86_64(void** save, void* load);
 asm(R"(
