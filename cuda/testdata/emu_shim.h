@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>

@@ -3,10 +3,9 @@
 //
 // Every thread of a threadgroup is a fiber with its own stack (switched by a
 // few instructions of assembly on x86-64, by ucontext elsewhere:
-// fiber_switch.h). The
-// scheduler runs one simdgroup (W consecutive threads, W the request's SIMD
-// width: 8, 16, 32 or 64) at a time, resuming
-// its lanes in order; a lane runs until it reaches a synchronisation point
+// fiber_switch.h). The scheduler runs one simdgroup (W consecutive
+// threads, W the request's SIMD width: 8, 16, 32 or 64) at a time,
+// resuming its lanes in order; a lane runs until it reaches a synchronisation point
 // (a simd operation, or threadgroup_barrier) or returns. A simdgroup keeps
 // running through its simd operations until all its lanes wait at
 // threadgroup_barrier or have returned; only then does the next simdgroup
@@ -46,7 +45,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdarg>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,8 +57,6 @@
 
 namespace mslcpu {
 namespace {
-
-using Ctx = FiberCtx;
 
 [[noreturn]] void die(const char* fmt, ...) {
     va_list ap;
@@ -104,7 +100,7 @@ void guarded_free(Guarded& g) {
 constexpr size_t kStack = 64 * 1024;
 
 struct Fiber {
-    Ctx ctx;
+    FiberCtx ctx;
     Guarded stack;
     ThreadIds ids;
     bool done;
@@ -113,7 +109,7 @@ struct Fiber {
 
 // The fibers of one worker thread, reused for every threadgroup it runs.
 struct Group {
-    Ctx sched;
+    FiberCtx sched;
     std::vector<Fiber> fibers;
     std::vector<float> slots[2];
     std::vector<Guarded> tgmem;

@@ -3,11 +3,12 @@
 // driver (driver.cpp here) and the CUDA kernels' emulator
 // (cuda/testdata/emu_shim.h, which includes this file by its path).
 //
-// On x86-64 ELF hosts (Linux, the BSDs) a switch saves the System V callee-saved registers and the
-// stack pointer and loads another context's, a few instructions; the
-// fibers share the floating-point environment. Elsewhere, or with
-// FIBER_UCONTEXT defined, ucontext, whose swapcontext also sets the signal
-// mask: a system call per switch, which took most of the runners' time.
+// On x86-64 ELF hosts (Linux, the BSDs) a switch saves the System V
+// callee-saved registers and the stack pointer and loads another
+// context's, a few instructions; the fibers share the floating-point
+// environment. Elsewhere, or with FIBER_UCONTEXT defined, ucontext, whose
+// swapcontext also sets the signal mask: a system call per switch, which
+// took most of the runners' time.
 #pragma once
 #include <cstddef>
 #include <cstdint>
