@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n== %s\n' "$*"; }
+log() { printf '\n== %s (%ds in)\n' "$*" "$SECONDS"; }
 export PATH="$PATH:$(go env GOPATH)/bin"
 
 apt_updated=0
