@@ -17,10 +17,12 @@
 
 #if defined(__x86_64__) && defined(__ELF__) && !defined(FIBER_UCONTEXT)
 #define FIBER_ASM_SWITCH 1
+// A weak symbol: every translation unit that includes this header
+// defines it, and the linker keeps one.
 extern "C" void fiber_switch_x86_64(void** save, void* load);
 asm(R"(
     .text
-    .globl fiber_switch_x86_64
+    .weak fiber_switch_x86_64
     .type fiber_switch_x86_64, @function
 fiber_switch_x86_64:
     pushq %rbp
