@@ -142,7 +142,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 			Files:        &gateway.FileObjects{Store: fs, Key: e.urlKey, MaxBytes: maxFile},
 			UploadPrefix: "s3://" + bucket + "/up/", Tokens: tokens, RatePerS: rate, Burst: burst,
 			MaxBodyBytes: maxBody, MaxBatch: maxBatch, MaxWait: 5 * time.Second, DefaultWait: 2 * time.Second,
-			Ready: []gateway.Check{{Name: "redis", Check: func(context.Context) error { return client.Ping() }}}})
+			Ready: []gateway.Check{{Name: "redis", Check: client.Ping}}})
 		if err != nil {
 			t.Fatal(err)
 		}

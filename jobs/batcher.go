@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -319,6 +320,7 @@ func (b *Batcher) run(batch []*pending) {
 	ok := live[:0:0]
 	for _, p := range live {
 		if err := encodeRMSInv(cb, p.w); err != nil {
+			b.logPanic(id, err)
 			p.done <- batchResult{err: err}
 			continue
 		}
@@ -330,6 +332,7 @@ func (b *Batcher) run(batch []*pending) {
 		if err := encodeGrads(cb, p.w); err != nil {
 			// Its rms_inv is already recorded: harmless, it writes only
 			// this job's r, which nobody reads.
+			b.logPanic(id, err)
 			p.done <- batchResult{err: err}
 			continue
 		}
@@ -338,8 +341,9 @@ func (b *Batcher) run(batch []*pending) {
 	if len(enc) == 0 {
 		return
 	}
-	t, err := cb.Commit(context.Background())
+	t, err := commit(cb)
 	b.m.DeviceBusy.Add(t.Device.Seconds())
+	b.logPanic(id, err)
 	if err == nil {
 		b.m.BatchSize.Observe(float64(len(enc)))
 		hashOutputs(enc)
@@ -366,9 +370,10 @@ func (b *Batcher) run(batch []*pending) {
 		}
 		var t1 compute.Timing
 		if e == nil {
-			t1, e = one.Commit(context.Background())
+			t1, e = commit(one)
 			b.m.DeviceBusy.Add(t1.Device.Seconds())
 		}
+		b.logPanic(sid, e)
 		if e != nil {
 			p.done <- batchResult{err: fmt.Errorf("batch %s (alone, after the batch of %d failed): %w", sid, len(enc), e)}
 			continue
@@ -378,11 +383,61 @@ func (b *Batcher) run(batch []*pending) {
 	}
 }
 
-func encodeRMSInv(cb *compute.CommandBuffer, w *Work) error {
+// BackendPanic is a panic raised while a batch was encoded or committed
+// (a bug in a backend or its kernels' host code), recovered on the
+// batcher's goroutine and answered as the job's error, so one bad job
+// cannot end the worker and every job it holds. A batch that raises one
+// is re-run a job at a time, as for any failed batch, so only the job
+// that raises it again fails; asynq retries it like any transient
+// failure (outcome="panic") and archives it after max_retry.
+type BackendPanic struct {
+	Value any
+	Stack []byte // where it was raised
+}
+
+func (p *BackendPanic) Error() string {
+	return fmt.Sprintf("panic in the compute backend: %v", p.Value)
+}
+
+// recoverBackend, deferred, turns a panic into a *BackendPanic in *err.
+// A backend that computes on goroutines of its own raises their panics
+// again on the caller's (compute/cpu does), carrying the stack where it
+// happened in a GoroutineStack method.
+func recoverBackend(err *error) {
+	x := recover()
+	if x == nil {
+		return
+	}
+	p := &BackendPanic{Value: x}
+	if g, ok := x.(interface{ GoroutineStack() []byte }); ok {
+		p.Stack = g.GoroutineStack()
+	} else {
+		p.Stack = debug.Stack()
+	}
+	*err = p
+}
+
+// logPanic logs a recovered backend panic with its stack, once, at error:
+// a job's error carries only its value.
+func (b *Batcher) logPanic(batch string, err error) {
+	var p *BackendPanic
+	if errors.As(err, &p) {
+		b.log.Error("compute backend panicked; its jobs are answered with the panic and the worker carries on", "batch_id", batch, "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
+	}
+}
+
+func commit(cb *compute.CommandBuffer) (t compute.Timing, err error) {
+	defer recoverBackend(&err)
+	return cb.Commit(context.Background())
+}
+
+func encodeRMSInv(cb *compute.CommandBuffer, w *Work) (err error) {
+	defer recoverBackend(&err)
 	return cb.RMSInv(w.X, w.R, compute.RMSInvParams(w.Eps, w.Dim), w.Rows, w.Dim)
 }
 
-func encodeGrads(cb *compute.CommandBuffer, w *Work) error {
+func encodeGrads(cb *compute.CommandBuffer, w *Work) (err error) {
+	defer recoverBackend(&err)
 	if w.DX != nil {
 		if err := cb.DX(w.X, w.W, w.DY, w.R, w.DX, compute.DXParams(w.Dim, w.Eps), w.Rows, w.Dim); err != nil {
 			return err

@@ -3,14 +3,17 @@ package jobs
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rmsgrad/rmsgrad/compute"
+	"github.com/rmsgrad/rmsgrad/internal/syncbuf"
 )
 
 // newWork allocates a job's buffers on be and fills x, w, dy with seeded
@@ -237,6 +240,56 @@ func TestBatcherFallsBackToOneJobPerCommandBuffer(t *testing.T) {
 	}
 	if got := be.batchSizes(); !slices.Equal(got, []int{3, 1, 1, 1}) {
 		t.Fatalf("command buffers %v, want the batch of 3 then each job alone", got)
+	}
+}
+
+// TestBatcherRecoversBackendPanic: a backend that panics on one job's
+// command buffer fails that job alone with a *BackendPanic; its
+// batch-mates complete, re-run one by one, with the oracle's values; the
+// batcher (and the process) goes on serving, and the panic is logged once
+// per command buffer with its stack.
+func TestBatcherRecoversBackendPanic(t *testing.T) {
+	be := &refBackend{}
+	bad := newWork(t, be, 99, 4, 16)
+	be.fail = func(ops []compute.Op) error {
+		for _, op := range ops {
+			if op.X == bad.X {
+				panic("planted backend bug")
+			}
+		}
+		return nil
+	}
+	logs := &syncbuf.Buffer{}
+	b := NewBatcher(be, BatchConfig{MaxJobs: 3, MaxWait: time.Hour}, nil, slog.New(slog.NewJSONHandler(logs, nil)))
+	defer b.Close(context.Background())
+	ws := []*Work{newWork(t, be, 1, 4, 16), bad, newWork(t, be, 2, 3, 40)}
+	infos, errs := submitAll(t, b, ws)
+	var p *BackendPanic
+	if !errors.As(errs[1], &p) || p.Value != "planted backend bug" || !strings.Contains(errs[1].Error(), "panic in the compute backend: planted backend bug") {
+		t.Fatalf("bad job: %v, want a *BackendPanic naming the panic", errs[1])
+	}
+	if !strings.Contains(string(p.Stack), "refBackend") {
+		t.Fatalf("the panic's stack is not where it was raised:\n%s", p.Stack)
+	}
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil {
+			t.Fatalf("batch-mate %d failed with the panicking job: %v", i, errs[i])
+		}
+		if !infos[i].Fallback || infos[i].Jobs != 1 {
+			t.Fatalf("batch-mate %d: %+v, want a fallback run alone", i, infos[i])
+		}
+		checkOracle(t, ws[i])
+	}
+	if n := strings.Count(logs.String(), "compute backend panicked"); n != 2 {
+		t.Fatalf("%d panic log lines, want 2 (the batch, then the job alone):\n%s", n, logs.String())
+	}
+	// The device loop lives on.
+	after := []*Work{newWork(t, be, 3, 2, 8), newWork(t, be, 4, 2, 8), newWork(t, be, 5, 2, 8)}
+	if _, errs := submitAll(t, b, after); errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("jobs after the panic: %v", errs)
+	}
+	for _, w := range after {
+		checkOracle(t, w)
 	}
 }
 

@@ -183,7 +183,7 @@ func (c *Client) Enqueue(ctx context.Context, j Job, opts ...asynq.Option) (stri
 var ErrIDReused = errors.New("task id already used by a different job")
 
 // existing checks that the task stored under id in queue, if any, is the
-// job j (its inputs, output, eps and outputs; the enqueue time and
+// job j (its inputs, output, eps, outputs, grad_dtype and w pin; the enqueue time and
 // signature may differ), so that a retried enqueue is a no-op but reusing
 // an id for another job is an error rather than a silently lost job. found
 // is false when queue holds no such task (after a conflict: its retention
@@ -201,7 +201,8 @@ func (c *Client) existing(queue, id string, j Job) (found bool, err error) {
 		return true, fmt.Errorf("job %s in queue %q: %w (the stored task is not an rmsgrad job)", id, queue, ErrIDReused)
 	}
 	if info.Type != TaskType || prev.X != j.X || prev.W != j.W || prev.DY != j.DY || prev.Out != j.Out ||
-		prev.Eps != j.Eps || !slices.Equal(prev.WantOutputs(), j.WantOutputs()) {
+		prev.Eps != j.Eps || !slices.Equal(prev.WantOutputs(), j.WantOutputs()) ||
+		prev.GradDType != j.GradDType || prev.WSHA256 != j.WSHA256 {
 		return true, fmt.Errorf("job %s in queue %q: %w (stored: x %s, out %s)", id, queue, ErrIDReused, prev.X, prev.Out)
 	}
 	return true, nil
@@ -218,9 +219,9 @@ func optValue(opts []asynq.Option, t asynq.OptionType) string {
 	return v
 }
 
-// Ping checks that Redis answers (on a Cluster: one node).
-func (c *Client) Ping() error {
-	if err := c.c.Ping(); err != nil {
+// Ping checks that Redis answers within ctx (on a Cluster: one node).
+func (c *Client) Ping(ctx context.Context) error {
+	if err := pingWithin(ctx, c.rdb); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
 	return nil

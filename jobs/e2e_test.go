@@ -155,6 +155,19 @@ func TestEndToEnd(t *testing.T) {
 	if _, err := client.Enqueue(ctx, testJob(good[1].prefix), asynq.TaskID("good-0")); !errors.Is(err, ErrIDReused) || !strings.Contains(err.Error(), "good-0") {
 		t.Fatalf("enqueue of another job under id good-0: %v, want ErrIDReused naming the id", err)
 	}
+	// The same tensors asking for other output dtypes, or pinning w, are
+	// other jobs too: their results differ.
+	for name, change := range map[string]func(*Job){
+		"grad_dtype": func(j *Job) { j.GradDType = "BF16" },
+		"w_sha256":   func(j *Job) { j.WSHA256 = strings.Repeat("ab", 32) },
+	} {
+		other := testJob(good[0].prefix)
+		other.Outputs = first.Outputs
+		change(&other)
+		if _, err := client.Enqueue(ctx, other, asynq.TaskID("good-0")); !errors.Is(err, ErrIDReused) {
+			t.Fatalf("enqueue of the job with another %s under id good-0: %v, want ErrIDReused", name, err)
+		}
+	}
 
 	// Stop the worker mid-load (SIGTERM path) and start a fresh one: no job
 	// may be lost.

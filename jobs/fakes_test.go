@@ -165,7 +165,8 @@ type memStore struct {
 	writes  map[string]int
 	allow   []string
 	headErr func(uri string) error
-	heads   map[string]int // Heads made, per uri
+	headCtx func(ctx context.Context, uri string) error // asked before headErr
+	heads   map[string]int                              // Heads made, per uri
 	// presummed counts outputs written with the batcher's digest.
 	presummed atomic.Int64
 }
@@ -197,6 +198,11 @@ func (s *memStore) Check(uri string, write bool) error {
 }
 
 func (s *memStore) Head(ctx context.Context, uri string) (TensorInfo, error) {
+	if s.headCtx != nil {
+		if err := s.headCtx(ctx, uri); err != nil {
+			return TensorInfo{}, err
+		}
+	}
 	if s.headErr != nil {
 		if err := s.headErr(uri); err != nil {
 			return TensorInfo{}, err

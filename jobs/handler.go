@@ -226,10 +226,25 @@ func (p *jobPanic) Error() string {
 	return fmt.Sprintf("%v\n\njob goroutine's stack:\n%s", p.val, p.stack)
 }
 
+// deadlineMargin is how long before its attempt's deadline a job's work
+// stops (a tenth of the time left, when that is less).
+const deadlineMargin = 2 * time.Second
+
 // processTask is the task's whole path: decode, run, account, log.
 func (h *Handler) processTask(ctx context.Context, t *asynq.Task) error {
 	id, _ := asynq.GetTaskID(ctx)
-	res, err := h.process(ctx, id, t.Payload(), t.ResultWriter())
+	jctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		// The job's work ends a little before the attempt's deadline, so
+		// that its own error, naming the job, tensor and URI, reaches
+		// asynq first: asynq records a bare "context deadline exceeded"
+		// when the deadline passes while the handler runs.
+		margin := min(deadlineMargin, time.Until(dl)/10)
+		var cancel context.CancelFunc
+		jctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+		defer cancel()
+	}
+	res, err := h.process(jctx, id, t.Payload(), t.ResultWriter())
 	outcome := OutcomeOK
 	switch {
 	case err == nil:
@@ -239,6 +254,8 @@ func (h *Handler) processTask(ctx context.Context, t *asynq.Task) error {
 		outcome = OutcomeCanceled
 	case errors.Is(err, ErrNotReady):
 		outcome = OutcomeHeld
+	case errors.As(err, new(*BackendPanic)):
+		outcome = OutcomePanic
 	case IsOutage(err):
 		outcome = OutcomeOutage
 		var je *JobError
@@ -278,14 +295,22 @@ func failureLevel(ctx context.Context, outcome string) (slog.Level, string) {
 	switch outcome {
 	case OutcomePermanent:
 		return slog.LevelInfo, "job rejected"
-	case OutcomeRetry:
+	case OutcomeRetry, OutcomePanic:
 		retried, ok1 := asynq.GetRetryCount(ctx)
 		limit, ok2 := asynq.GetMaxRetry(ctx)
 		if ok1 && ok2 && retried >= limit {
 			return slog.LevelError, "job failed after its last retry: archived"
 		}
+		if outcome == OutcomePanic {
+			return slog.LevelError, "job failed: the compute backend panicked; will retry"
+		}
 		return slog.LevelWarn, "job failed: will retry"
-	default: // canceled: shutdown or the task's deadline; asynq puts it back
+	case OutcomeOutage:
+		return slog.LevelWarn, "job met an outage: back in the queue, not counted as a retry"
+	case OutcomeHeld:
+		// The probe's "dependency down: not ready" line is the warning.
+		return slog.LevelInfo, "job held while a dependency is down: back in the queue, not counted as a retry"
+	default: // canceled: shutdown (or the attempt's deadline, past the job's margin); asynq puts it back
 		return slog.LevelWarn, "job canceled"
 	}
 }
@@ -606,29 +631,32 @@ func each3(ctx context.Context, f func(ctx context.Context, i int) error) error 
 			cancel(err)
 		})
 	}
-	// A panic on a helper is carried back and raised again here, after
-	// the others end, so it reaches asynq's recovery (see ProcessTask)
-	// instead of ending the process.
+	// A panic in any input, on a helper or on this goroutine, cancels the
+	// others and is raised again here only after they end: the caller's
+	// deferred releases must not hand a buffer back to the pool while a
+	// helper still reads into it. Raised here, it reaches asynq's recovery
+	// (see ProcessTask) instead of ending the process.
 	var panicked atomic.Pointer[jobPanic]
+	run := func(i int) {
+		defer func() {
+			if x := recover(); x != nil {
+				p := newJobPanic(x)
+				panicked.CompareAndSwap(nil, p)
+				fail(p)
+			}
+		}()
+		if err := f(gctx, i); err != nil {
+			fail(err)
+		}
+	}
 	wg.Add(2)
 	for i := 1; i <= 2; i++ {
 		helperPool.Go(func() {
 			defer wg.Done()
-			defer func() {
-				if x := recover(); x != nil {
-					p := newJobPanic(x)
-					panicked.CompareAndSwap(nil, p)
-					fail(p)
-				}
-			}()
-			if err := f(gctx, i); err != nil {
-				fail(err)
-			}
+			run(i)
 		})
 	}
-	if err := f(gctx, 0); err != nil {
-		fail(err)
-	}
+	run(0)
 	wg.Wait()
 	if p := panicked.Load(); p != nil {
 		panic(p)

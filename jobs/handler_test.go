@@ -323,6 +323,38 @@ func TestBatchHashesOutputs(t *testing.T) {
 	}
 }
 
+// TestProcessTaskBackendPanic: a panic in the compute backend reaches the
+// job as its error, not as a panic: the job fails with outcome="panic", is
+// logged at error with a retry ahead, and the worker's next job completes.
+func TestProcessTaskBackendPanic(t *testing.T) {
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	reg := prometheus.NewRegistry()
+	logs := &syncbuf.Buffer{}
+	h, err := NewHandler(HandlerConfig{Backend: e.be, Batcher: e.b, Store: e.store, Budget: NewBudget(1 << 30), Worker: "test",
+		Metrics: NewMetrics(reg), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putInputs(e.store, "mem://ok/bp", 1, []int{8, 64})
+	task := asynq.NewTask(TaskType, payload(t, testJob("mem://ok/bp")))
+	e.be.fail = func([]compute.Op) error { panic("planted kernel host bug") }
+	err = h.ProcessTask(context.Background(), task)
+	var p *BackendPanic
+	if !errors.As(err, &p) || IsPermanent(err) || !strings.Contains(err.Error(), "planted kernel host bug") {
+		t.Fatalf("ProcessTask = %v, want a retryable *BackendPanic naming the panic", err)
+	}
+	if n := counter(t, reg, "rmsgrad_jobs_total", map[string]string{"outcome": OutcomePanic}); n != 1 {
+		t.Errorf("rmsgrad_jobs_total{outcome=panic} = %v, want 1", n)
+	}
+	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"job failed: the compute backend panicked; will retry"`) {
+		t.Errorf("no error line for the job:\n%s", logs.String())
+	}
+	e.be.fail = nil
+	if err := h.ProcessTask(context.Background(), task); err != nil {
+		t.Fatalf("the job after the panic: %v", err)
+	}
+}
+
 // TestEach3: each input runs once; the first error cancels the others'
 // context (with it as the cause) and is returned after all three end; the
 // helpers are reused across calls (at most two busy per call here).
@@ -367,6 +399,40 @@ func TestEach3(t *testing.T) {
 	})
 	if !errors.Is(err, boom) || sawCancel.Load() != 2 {
 		t.Fatalf("each3 = %v, %d of 2 others saw the cancel with its cause", err, sawCancel.Load())
+	}
+}
+
+// TestEach3PanicWaits: a panic in any input, the caller's own (input 0)
+// included, cancels the others and is raised only after they end: the job's
+// deferred releases must not hand a buffer back to the pool while a helper
+// still reads into it. The panic carries the stack where it happened.
+func TestEach3PanicWaits(t *testing.T) {
+	for _, bad := range []int{0, 1, 2} {
+		var running atomic.Int32
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = each3(context.Background(), func(ctx context.Context, i int) error {
+				if i == bad {
+					panic(fmt.Sprintf("planted panic in input %d", i))
+				}
+				running.Add(1)
+				defer running.Add(-1)
+				<-ctx.Done()
+				time.Sleep(20 * time.Millisecond) // still writing a buffer after the cancel
+				return ctx.Err()
+			})
+		}()
+		p, ok := got.(*jobPanic)
+		if !ok {
+			t.Fatalf("input %d: each3 raised %T %v, want a *jobPanic", bad, got, got)
+		}
+		if n := running.Load(); n != 0 {
+			t.Fatalf("input %d panicked: each3 raised it while %d other inputs still ran", bad, n)
+		}
+		if msg := p.Error(); !strings.Contains(msg, fmt.Sprintf("planted panic in input %d", bad)) || !strings.Contains(msg, "TestEach3PanicWaits") {
+			t.Fatalf("input %d: the panic's message lacks its value or the stack where it happened:\n%s", bad, msg)
+		}
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,10 +146,10 @@ func TestHandlerGate(t *testing.T) {
 	g := NewGate(100 * time.Millisecond)
 	e.h.cfg.Gate = g
 	putInputs(e.store, "mem://ok/g", 1, []int{2, 8})
-	heads := 0
+	var heads atomic.Int32
 	down := false
 	e.store.headErr = func(uri string) error {
-		heads++
+		heads.Add(1)
 		if down {
 			return fmt.Errorf("%w: connection refused", storage.ErrUnavailable)
 		}
@@ -156,8 +158,8 @@ func TestHandlerGate(t *testing.T) {
 	task := func() *asynq.Task { return asynq.NewTask(TaskType, payload(t, testJob("mem://ok/g"))) }
 	g.Set(errors.New("storage: down for 1s"))
 	err := e.h.ProcessTask(context.Background(), task())
-	if !errors.Is(err, ErrNotReady) || IsFailure(err) || errors.Is(err, asynq.SkipRetry) || heads != 0 {
-		t.Fatalf("held job: err %v after %d Heads, want ErrNotReady, not a failure, no request", err, heads)
+	if !errors.Is(err, ErrNotReady) || IsFailure(err) || errors.Is(err, asynq.SkipRetry) || heads.Load() != 0 {
+		t.Fatalf("held job: err %v after %d Heads, want ErrNotReady, not a failure, no request", err, heads.Load())
 	}
 	// Opens while held: the job runs.
 	g2 := NewGate(time.Minute)
@@ -190,5 +192,55 @@ func TestHandlerGate(t *testing.T) {
 	var je *JobError
 	if err := e.h.processTask(ctx, task()); !errors.As(err, &je) || je.OutageStreak != 1 {
 		t.Fatalf("after a success the streak should start over: %v", err)
+	}
+}
+
+// TestFailureLevelOutcomes: each outcome's one log line says what happened
+// to the job: an outage or a held job goes back to the queue uncounted, a
+// backend panic is an error, and neither reads "job canceled".
+func TestFailureLevelOutcomes(t *testing.T) {
+	for _, c := range []struct {
+		outcome string
+		level   slog.Level
+		msg     string
+	}{
+		{OutcomePermanent, slog.LevelInfo, "job rejected"},
+		{OutcomeRetry, slog.LevelWarn, "job failed: will retry"},
+		{OutcomePanic, slog.LevelError, "job failed: the compute backend panicked; will retry"},
+		{OutcomeOutage, slog.LevelWarn, "job met an outage: back in the queue, not counted as a retry"},
+		{OutcomeHeld, slog.LevelInfo, "job held while a dependency is down: back in the queue, not counted as a retry"},
+		{OutcomeCanceled, slog.LevelWarn, "job canceled"},
+	} {
+		level, msg := failureLevel(context.Background(), c.outcome)
+		if level != c.level || msg != c.msg {
+			t.Errorf("outcome %s: %v %q, want %v %q", c.outcome, level, msg, c.level, c.msg)
+		}
+	}
+}
+
+// TestDeadlineErrorNamesTheJob: a job whose attempt runs into its deadline
+// stops a margin before it, so that the error asynq records and archives is
+// the job's own, naming the job, the tensor and its URI, and counts as a
+// failure (asynq records a bare "context deadline exceeded" when the
+// deadline passes while the handler runs).
+func TestDeadlineErrorNamesTheJob(t *testing.T) {
+	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
+	putInputs(e.store, "mem://ok/dl", 1, []int{2, 8})
+	e.store.headCtx = func(ctx context.Context, uri string) error {
+		if !strings.HasSuffix(uri, "/x") {
+			return nil
+		}
+		<-ctx.Done() // a storage request that hangs
+		return fmt.Errorf("head %s: %w", uri, ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := e.h.processTask(ctx, asynq.NewTask(TaskType, payload(t, testJob("mem://ok/dl"))))
+	if ctx.Err() != nil {
+		t.Fatalf("the handler returned after the attempt's deadline: %v", err)
+	}
+	if err == nil || !IsFailure(err) || IsPermanent(err) || !strings.Contains(err.Error(), "tensor x (mem://ok/dl/x)") ||
+		!errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v: want a counted, retryable failure naming tensor x and its URI, wrapping the deadline", err)
 	}
 }

@@ -139,7 +139,25 @@ func (s *Servers) Shutdown() {
 }
 
 // Ping checks that Redis answers (on a Cluster: one node).
-func (s *Servers) Ping() error { return s.rdb.Ping(context.Background()).Err() }
+// Ping checks that Redis answers within ctx.
+func (s *Servers) Ping(ctx context.Context) error { return pingWithin(ctx, s.rdb) }
+
+// pingWithin pings rdb and returns when it answers or when ctx ends,
+// whichever comes first. The clients asynq makes do not set go-redis's
+// ContextTimeoutEnabled, so a Redis that accepts a connection and never
+// answers would hold the ping for the client's own dial and read
+// timeouts (5 s here) whatever ctx says; the ping left behind ends within
+// those.
+func pingWithin(ctx context.Context, rdb redis.UniversalClient) error {
+	done := make(chan error, 1)
+	go func() { done <- rdb.Ping(ctx).Err() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer: %w", context.Cause(ctx))
+	}
+}
 
 // Queues returns the asynq queues served now.
 func (s *Servers) Queues() []string {

@@ -66,6 +66,13 @@ GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ./...
 log "go test"
 go test -count=1 -timeout 60m ${RMSGRAD_TEST_FLAGS:-} ./... 2>&1 | tee /tmp/rmsgrad-test.log | grep -Ev '^(=== RUN|=== PAUSE|=== CONT)' || { echo "go test failed"; exit 1; }
 
+log "go test -race (the packages whose goroutines share a job's buffers, the queue and the HTTP server)"
+# Every package passes under -race; these are the ones where a race would
+# corrupt a job or lose one, and cost about 3 minutes on 2 cores. The rest:
+# CGO_ENABLED=1 go test -race ./... (about 20 minutes, faults/ most of it;
+# -race needs cgo, and make builds without it).
+CGO_ENABLED=1 go test -race -count=1 -timeout 30m ${RMSGRAD_TEST_FLAGS:-} ./jobs ./gateway ./storage/file ./internal/stackgrow ./cmd/worker 2>&1 | grep -Ev '^(=== RUN|=== PAUSE|=== CONT)' || { echo "go test -race failed"; exit 1; }
+
 log "benchmarks (smoke: each runs a few iterations, so none rots)"
 go test -run='^$' -bench='HandlerNoNetwork|CheckFinite' -benchtime=200x ./cmd/bench ./jobs
 

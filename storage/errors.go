@@ -25,7 +25,7 @@ var (
 	ErrShortRead   = errors.New("short read")         // object ended early (transient)
 	ErrChanged     = errors.New("object changed")     // replaced between Head and Fetch (transient: Head again)
 	ErrUnavailable = errors.New("store unavailable")  // 5xx, timeouts, refused/reset connections after all retries
-	ErrRejected    = errors.New("request rejected")   // any other 4xx answer: the same request cannot succeed
+	ErrRejected    = errors.New("request rejected")   // any other 4xx answer, 501 or 505: the same request cannot succeed
 	// ErrNotWritable: the output path can never be written as an object
 	// (an existing directory, or a path under a regular file).
 	ErrNotWritable = errors.New("path cannot be written")

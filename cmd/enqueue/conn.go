@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -12,6 +13,10 @@ import (
 	"github.com/rmsgrad/rmsgrad/storage/file"
 	"github.com/rmsgrad/rmsgrad/storage/s3"
 )
+
+// pingTimeout bounds the check that Redis answers (go-redis's own dial
+// and read timeouts, 5 s and 3 s, bound each attempt within it).
+const pingTimeout = 10 * time.Second
 
 // openClient connects to Redis and checks that it answers, so that an
 // unreachable Redis is one clear error (naming the address and where it was
@@ -27,7 +32,9 @@ func openClient(c config) (*jobs.Client, error) {
 		opts = append(opts, jobs.WithSigningKey(c.signingKey))
 	}
 	client := jobs.NewClient(opt, opts...)
-	if err := client.Ping(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if err := client.Ping(ctx); err != nil {
 		client.Close()
 		if c.dev != nil {
 			return nil, fmt.Errorf("cannot reach Redis at %s (from %s: is that dev worker, pid %d, still running? start it again with worker --dev, or set --redis, RMSGRAD_REDIS_ADDR or %s): %w",

@@ -18,6 +18,10 @@ import (
 func cmdShards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("shards", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: enqueue shards [flags]\n\nPrints the queue's layout: its shards, the hash slot and Cluster node of\neach, and what each holds.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	var cf connFlags
 	cf.register(fs)
 	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
@@ -79,6 +83,10 @@ func layoutJSON(l jobs.Layout) map[string]any {
 func cmdReshard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("reshard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: enqueue reshard --to N [flags]\n       enqueue reshard --abort\n\nSpreads the queue over N shards: stops enqueues, waits for the workers to\ndrain the old shards, then records the new count (docs/scaling.md).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	var cf connFlags
 	cf.register(fs)
 	to := fs.Int("to", 0, "the new number of shards (1 = unsharded)")

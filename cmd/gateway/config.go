@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/internal/redisconf"
 	"github.com/rmsgrad/rmsgrad/internal/secret"
 )
@@ -135,24 +136,45 @@ func defaultConfig() Config {
 	}
 }
 
+const gatewayUsage = `usage: gateway [flags]
+       gateway token --name NAME [--append FILE]
+
+The rmsgrad HTTP gateway: the job queue over HTTP (POST /v1/jobs, GET
+/v1/jobs/{id}, presigned uploads and downloads) for clients in any language.
+Settings come from the YAML file (--config or RMSGRAD_GATEWAY_CONFIG), then
+RMSGRAD_* variables, then these flags; every key is in configs/gateway.yaml
+and docs/gateway.md. --print-config shows the configuration it would run
+with, every default filled in.
+
+  gateway --dev                      beside a dev worker, nothing installed
+  gateway --config /etc/rmsgrad/gateway.yaml
+
+flags:
+`
+
 // loadConfig builds the effective configuration from args and the
-// environment; printOnly reports --print-config.
-func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (cfg Config, printOnly bool, err error) {
+// environment; printOnly reports --print-config. --help's usage goes to
+// stdout.
+func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) (cfg Config, printOnly bool, err error) {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), gatewayUsage)
+		fs.PrintDefaults()
+	}
 	path := fs.String("config", getenv("RMSGRAD_GATEWAY_CONFIG"), "YAML config file (env RMSGRAD_GATEWAY_CONFIG)")
 	printCfg := fs.Bool("print-config", false, "print the effective configuration (secrets redacted) and exit")
-	dev := fs.Bool("dev", false, "zero-setup mode beside `worker --dev`: its embedded Redis, its file store, uploads through the gateway")
+	dev := fs.Bool("dev", false, "zero-setup mode beside a dev worker (worker --dev): its embedded Redis, its file store, uploads through the gateway")
 	httpAddr := fs.String("http", "", "listen address of the API")
 	redis := fs.String("redis", "", "Redis host:port, or a redis:// / rediss:// URL")
 	devRedis := fs.String("dev-redis", "", "dev mode: the dev worker's Redis address")
 	devDir := fs.String("dev-dir", "", "dev mode: the dev worker's data directory")
 	logLevel := fs.String("log-level", "", "debug|info|warn|error")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
 		return cfg, false, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return cfg, false, cliflag.Usagef("unexpected arguments %q (every setting is a --flag; see gateway --help)", fs.Args())
 	}
 	cfg = defaultConfig()
 	if *path != "" {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rmsgrad/rmsgrad/gateway"
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -23,7 +24,7 @@ func TestConfigShippedFileIsValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := writeFile(t, filepath.Join(t.TempDir(), "g.yaml"), strings.Replace(string(b), "disabled: false", "disabled: true", 1))
-	cfg, _, err := loadConfig([]string{"--config", p}, env(nil), io.Discard)
+	cfg, _, err := loadConfig([]string{"--config", p}, env(nil), io.Discard, io.Discard)
 	if err != nil {
 		t.Fatalf("configs/gateway.yaml: %v", err)
 	}
@@ -49,7 +50,7 @@ func TestConfigInvalidNamesTheKey(t *testing.T) {
 		{"auth:\n  token_files: [" + tok + "]\nredis:\n  password: hunter2\n", "password"},
 	}
 	for _, c := range cases {
-		_, _, err := loadConfig([]string{"--config", writeFile(t, filepath.Join(dir, "g.yaml"), c.yaml)}, env(nil), io.Discard)
+		_, _, err := loadConfig([]string{"--config", writeFile(t, filepath.Join(dir, "g.yaml"), c.yaml)}, env(nil), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.key) {
 			t.Errorf("config %q: error %v does not name %q", c.yaml, err, c.key)
 		}
@@ -58,7 +59,7 @@ func TestConfigInvalidNamesTheKey(t *testing.T) {
 
 func TestConfigDevAndSecrets(t *testing.T) {
 	dir := t.TempDir()
-	cfg, _, err := loadConfig([]string{"--dev", "--dev-dir", dir, "--dev-redis", "127.0.0.1:7777"}, env(nil), io.Discard)
+	cfg, _, err := loadConfig([]string{"--dev", "--dev-dir", dir, "--dev-redis", "127.0.0.1:7777"}, env(nil), io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestConfigDevAndSecrets(t *testing.T) {
 	}
 	var out bytes.Buffer
 	cfg, _, err = loadConfig([]string{"--dev", "--dev-dir", dir, "--print-config"},
-		env(map[string]string{"RMSGRAD_SIGNING_KEY": "s3cr3t-key", "RMSGRAD_S3_SECRET_KEY": "also-secret"}), io.Discard)
+		env(map[string]string{"RMSGRAD_SIGNING_KEY": "s3cr3t-key", "RMSGRAD_S3_SECRET_KEY": "also-secret"}), io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +104,35 @@ func TestTokenCommand(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"token"}, env(nil), &out, &errb); err == nil {
 		t.Fatal("token without --name")
+	}
+}
+
+// TestCommandLine: the gateway follows internal/cliflag: --help prints the
+// usage on stdout and exits 0, bad usage exits 2 with the usage on stderr.
+func TestCommandLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string // in stdout (code 0) or stderr (code 2)
+	}{
+		{[]string{"-h"}, 0, "usage: gateway [flags]"},
+		{[]string{"--help"}, 0, "-print-config"},
+		{[]string{"token", "--help"}, 0, "usage: gateway token"},
+		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"extra"}, 2, ""},
+		{[]string{"token"}, 2, ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), c.args, env(nil), &stdout, &stderr)
+		if got := cliflag.ExitCode(err); got != c.code {
+			t.Errorf("gateway %v: exit %d (%v), want %d", c.args, got, err, c.code)
+		}
+		out := stdout.String()
+		if c.code != 0 {
+			out = stderr.String()
+		}
+		if !strings.Contains(out, c.out) {
+			t.Errorf("gateway %v: output lacks %q:\n%s", c.args, c.out, out)
+		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rmsgrad/rmsgrad/gateway"
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 	"github.com/rmsgrad/rmsgrad/jobs"
 )
 
@@ -42,17 +43,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !cliflag.Printed(err) {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
-		os.Exit(1)
 	}
+	os.Exit(cliflag.ExitCode(err))
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "token" {
 		return cmdToken(args[1:], stdout, stderr)
 	}
-	cfg, printOnly, err := loadConfig(args, getenv, stderr)
+	cfg, printOnly, err := loadConfig(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -95,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ready := append([]gateway.Check{{Name: "redis", Check: func(context.Context) error { return client.Ping() }}}, st.checks...)
+	ready := append([]gateway.Check{{Name: "redis", Check: client.Ping}}, st.checks...)
 	srv, err := gateway.New(gateway.Config{
 		Client: client, Store: st.router, Presigner: st.presigner, Files: st.files,
 		UploadPrefix: cfg.Uploads.Prefix, PublicURL: cfg.PublicURL, URLExpiry: cfg.Uploads.Expiry,

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/rmsgrad/rmsgrad/gateway"
+	"github.com/rmsgrad/rmsgrad/internal/cliflag"
 )
 
 // cmdToken is `gateway token --name NAME [--append FILE]`: it makes a new
@@ -16,13 +16,17 @@ import (
 func cmdToken(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gateway token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: gateway token --name NAME [--append FILE]\n\nMakes a bearer token, prints it once on stdout, and appends its hashed\nline to FILE (or prints that line on stderr).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	name := fs.String("name", "", "the token's name in logs and rate limits (required); rotate a key by giving the new token the same name")
 	appendTo := fs.String("append", "", "token file to append the hashed line to")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if *name == "" {
-		return errors.New("token: --name is required")
+		return cliflag.Usagef("token: --name is required")
 	}
 	tok, err := gateway.NewToken()
 	if err != nil {

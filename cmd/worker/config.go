@@ -194,7 +194,9 @@ The rmsgrad queue worker: takes RMSNorm-backward jobs from Redis, computes
 them in batches and stores the gradients. Settings come from the YAML file
 (--config or RMSGRAD_CONFIG), then RMSGRAD_* variables, then these flags;
 every key is in configs/worker.yaml and docs/configuration.md.
---print-config shows the configuration the worker would run with.
+--print-config shows the configuration the worker would run with, every
+default filled in (a flag below shows none: unset, it leaves the file's and
+the environment's value alone).
 
   worker --dev                       one process, nothing installed
   worker --config /etc/rmsgrad/worker.yaml

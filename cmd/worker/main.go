@@ -171,7 +171,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	// probe, so /readyz reports an outage while it lasts and answers at
 	// once. On a Cluster every master is pinged and one that does not
 	// answer is named.
-	redisCheck := func(context.Context) error { return srv.Ping() }
+	redisCheck := srv.Ping
 	if co, ok := redis.(jobs.ClusterOpt); ok {
 		cp := newClusterProbe(co.RedisClusterClientOpt)
 		defer cp.Close()
@@ -216,14 +216,22 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	}
 
 	<-ctx.Done()
+	stopBy := time.Now().Add(cfg.Shutdown)
 	stop() // a second signal kills the process the default way
 	log.Info("signal received: no new jobs; finishing the batches in flight", "shutdown_timeout", cfg.Shutdown)
 	gate.Close() // jobs held at the gate go back to the queue
 	// Shutdown stops fetching and waits for active handlers (which need the
 	// batcher running) up to ShutdownTimeout; jobs still running after that
-	// go back to the queue. Then the batcher drains what it still holds.
+	// go back to the queue. Then the batcher drains what it still holds,
+	// within what is left of the same timeout (at least batcherDrainMin,
+	// for a command buffer already on the device), so a stop takes at most
+	// shutdown_timeout plus that: the service managers' stop timeouts in
+	// configs/ sit above it.
 	srv.Shutdown()
-	dctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown)
+	if least := time.Now().Add(batcherDrainMin); stopBy.Before(least) {
+		stopBy = least
+	}
+	dctx, cancel := context.WithDeadline(context.Background(), stopBy)
 	defer cancel()
 	if err := batcher.Close(dctx); err != nil {
 		return err
@@ -231,6 +239,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) (e
 	log.Info("worker stopped")
 	return nil
 }
+
+// batcherDrainMin is the least time the batcher gets to drain at a stop.
+const batcherDrainMin = 5 * time.Second
 
 // taskCheckInterval is how often an idle worker asks Redis for work.
 const taskCheckInterval = 100 * time.Millisecond

@@ -3,6 +3,7 @@ package cpu
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -251,11 +252,18 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 	}
 	var next atomic.Int64
 	var failed atomic.Bool
+	var panicked atomic.Pointer[WorkerPanic]
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				if x := recover(); x != nil {
+					panicked.CompareAndSwap(nil, &WorkerPanic{Value: x, Stack: debug.Stack()})
+					failed.Store(true)
+				}
+			}()
 			sc := p.be.getScratch()
 			defer p.be.scratch.Put(sc)
 			for {
@@ -272,11 +280,28 @@ func (p *plan) runTasks(ctx context.Context, tasks []task, threads int) error {
 		}()
 	}
 	wg.Wait()
+	if wp := panicked.Load(); wp != nil {
+		panic(wp)
+	}
 	if failed.Load() {
 		return ctx.Err()
 	}
 	return nil
 }
+
+// WorkerPanic is a panic on one of Execute's worker goroutines, raised
+// again on Execute's caller's goroutine once the other workers stop: left
+// on the worker it would end the process, where the caller (the jobs
+// batcher) recovers it and fails only the job that raised it.
+type WorkerPanic struct {
+	Value any
+	Stack []byte // the worker goroutine's, where it was raised
+}
+
+func (p *WorkerPanic) Error() string { return fmt.Sprintf("%v (on a cpu worker goroutine)", p.Value) }
+
+// GoroutineStack is the stack where the panic was raised.
+func (p *WorkerPanic) GoroutineStack() []byte { return p.Stack }
 
 func (t *task) do(pr *prims, sc *scratch) {
 	u := t.u

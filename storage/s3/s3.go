@@ -357,6 +357,11 @@ func classify(err error) error {
 			return fmt.Errorf("%w: %s", storage.ErrChanged, msg)
 		case resp.Code == "InvalidRange" || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
 			return fmt.Errorf("%w: %s", storage.ErrShortRead, msg)
+		// 501 (a header or operation the server does not implement) and
+		// 505 answer the request, not the server's state: the same request
+		// cannot succeed, so they are not an outage to wait out.
+		case resp.StatusCode == http.StatusNotImplemented || resp.StatusCode == http.StatusHTTPVersionNotSupported:
+			return fmt.Errorf("%w: %s (HTTP %d)", storage.ErrRejected, msg, resp.StatusCode)
 		case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests ||
 			resp.Code == "SlowDown" || resp.Code == "RequestTimeout" || resp.Code == "InternalError":
 			return &transient{fmt.Errorf("%w: %s (HTTP %d)", storage.ErrUnavailable, msg, resp.StatusCode)}
