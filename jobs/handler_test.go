@@ -323,10 +323,10 @@ func TestBatchHashesOutputs(t *testing.T) {
 	}
 }
 
-// TestProcessTaskBackendPanic: a panic in the compute backend reaches the
-// job as its error, not as a panic: the job fails with outcome="panic", is
-// logged at error with a retry ahead, and the worker's next job completes.
-func TestProcessTaskBackendPanic(t *testing.T) {
+// newObservedHandlerEnv is newHandlerEnv whose handler counts into a
+// registry of its own and logs JSON into a buffer, both returned.
+func newObservedHandlerEnv(t *testing.T) (*handlerEnv, *prometheus.Registry, *syncbuf.Buffer) {
+	t.Helper()
 	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
 	reg := prometheus.NewRegistry()
 	logs := &syncbuf.Buffer{}
@@ -335,10 +335,20 @@ func TestProcessTaskBackendPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.h = h
+	return e, reg, logs
+}
+
+// TestProcessTaskBackendPanic: a panic in the compute backend reaches the
+// job as its error, not as a panic: the job fails with outcome="panic", is
+// logged at error with a retry ahead, and the worker's next job completes.
+func TestProcessTaskBackendPanic(t *testing.T) {
+	e, reg, logs := newObservedHandlerEnv(t)
+	h := e.h
 	putInputs(e.store, "mem://ok/bp", 1, []int{8, 64})
 	task := asynq.NewTask(TaskType, payload(t, testJob("mem://ok/bp")))
 	e.be.fail = func([]compute.Op) error { panic("planted kernel host bug") }
-	err = h.ProcessTask(context.Background(), task)
+	err := h.ProcessTask(context.Background(), task)
 	var p *BackendPanic
 	if !errors.As(err, &p) || IsPermanent(err) || !strings.Contains(err.Error(), "planted kernel host bug") {
 		t.Fatalf("ProcessTask = %v, want a retryable *BackendPanic naming the panic", err)
@@ -550,15 +560,7 @@ func TestGrowStack(t *testing.T) {
 // happened; the process lives on and the next job runs. Each panic is
 // counted under outcome "panic" and logged at error level with its stack.
 func TestProcessTaskPanic(t *testing.T) {
-	e := newHandlerEnv(t, Limits{}, 1<<30, nil)
-	reg := prometheus.NewRegistry()
-	logs := &syncbuf.Buffer{}
-	h, err := NewHandler(HandlerConfig{Backend: e.be, Batcher: e.b, Store: e.store, Budget: NewBudget(1 << 30), Worker: "test",
-		Metrics: NewMetrics(reg), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.h = h
+	e, reg, logs := newObservedHandlerEnv(t)
 	putInputs(e.store, "mem://ok/p", 1, []int{8, 64})
 	task := asynq.NewTask(TaskType, payload(t, testJob("mem://ok/p")))
 	for _, input := range []string{"x", "dy"} {
